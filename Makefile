@@ -1,0 +1,46 @@
+# multinode.deepspeed: the two commands of the README, and their parts.
+#   make demo   set up, start the local cluster, provision it, train across two workers
+#   make test   unit tests, lint, sanity, end-to-end on the local cluster
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+WORKERS ?= 2
+
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean
+
+setup:
+	@scripts/setup
+
+cluster: setup
+	@$(BIN)/python scripts/localcluster.py up --workers $(WORKERS)
+
+cluster-down:
+	@python3 scripts/localcluster.py down
+
+site: cluster
+	$(BIN)/ansible-playbook site.yml
+
+train:
+	$(BIN)/ansible-playbook train.yml -e model=llama-tiny
+
+demo: site train
+
+unit: setup
+	$(BIN)/python -m pytest tests/unit
+
+lint: setup
+	@scripts/lint
+
+sanity: setup
+	@scripts/sanity
+
+e2e: setup
+	$(BIN)/python -m pytest tests/e2e
+
+build: setup
+	$(BIN)/ansible-galaxy collection build --force --output-path .cache/build
+
+test: setup
+	@scripts/test

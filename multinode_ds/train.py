@@ -1,0 +1,197 @@
+"""The bundled trainer: ``python -m multinode_ds.train`` under DeepSpeed's launcher.
+
+Every rank writes one JSON line per step to ``<run-dir>/metrics/rank<N>.jsonl``
+(loss, learning rate, step time, samples/s, tokens/s, rank, host) and a final
+``{"event": "done"}`` line; rank 0 prints a progress line every few steps.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from . import data as data_mod
+from . import ds_config as dsc
+from .models import REGISTRY, build_model, get_spec
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.train", description=__doc__)
+    p.add_argument("--model", default="llama-tiny", choices=sorted(REGISTRY))
+    p.add_argument("--run-dir", required=True, help="the run's directory, on storage every node shares")
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--data", action="append", default=[], help=".txt/.jsonl file or directory (repeatable)")
+    p.add_argument("--ds-config", help="a user's DeepSpeed JSON, merged over the generated config")
+    p.add_argument("--device-memory-gib", type=float, default=None)
+    p.add_argument("--bf16", action="store_true", help="the devices support bf16")
+    p.add_argument("--save-interval", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--checkpoint-dir", default=None, help="default: <run-dir>/checkpoints")
+    p.add_argument("--resume", action="store_true", help="resume from the newest checkpoint")
+    p.add_argument("--print-every", type=int, default=5)
+    p.add_argument("--dry-run", action="store_true",
+                   help="check model, data, config and memory; print the plan as JSON; train nothing")
+    p.add_argument("--world-size", type=int, default=1, help="with --dry-run: the ranks the run will have")
+    p.add_argument("--memory-gib", type=float, default=None,
+                   help="with --dry-run: memory per rank (device memory on GPUs, host memory on CPU)")
+    p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+class PlanError(ValueError):
+    """The run cannot work as asked; the message says why and what to do."""
+
+
+def plan(args) -> dict:
+    """Check what can be checked without torch and return the run's plan."""
+    spec = get_spec(args.model)
+    for path in args.data:
+        if not Path(path).exists():
+            raise PlanError(f"data path {path} does not exist on this node. Fix: put the data on storage every "
+                            f"node shares and pass its path with --data.")
+    if args.ds_config:
+        if not Path(args.ds_config).is_file():
+            raise PlanError(f"DeepSpeed config {args.ds_config} does not exist. Fix: pass the path of a JSON file "
+                            f"that every node can read.")
+        dsc.load_override(args.ds_config)
+    if args.steps < 1:
+        raise PlanError(f"steps={args.steps}; a run needs at least one step. Fix: -e steps=30")
+    n_params = spec.n_params()
+    on_cpu = os.environ.get("DS_ACCELERATOR", "") == "cpu" or args.device_memory_gib is None
+    stage = 1 if on_cpu else 3
+    need = dsc.estimate_bytes_per_rank(n_params, args.world_size, stage, bf16=not on_cpu,
+                                       offload_optimizer=not on_cpu) / dsc.GIB
+    out = {"model": spec.name, "family": spec.family, "n_params": n_params, "world_size": args.world_size,
+           "zero_stage": stage, "estimated_gib_per_rank": round(need, 2), "memory_gib_per_rank": args.memory_gib}
+    if args.memory_gib is not None and need > args.memory_gib:
+        raise PlanError(
+            f"model {spec.name} ({n_params / 1e9:.2f}B parameters) needs about {need:.1f} GiB per rank for weights, "
+            f"gradients and optimizer states over {args.world_size} ranks, but a rank has {args.memory_gib:.1f} GiB. "
+            f"Fix: use a smaller model (-e model=llama-tiny on CPU nodes) or more ranks or GPUs.")
+    return out
+
+
+class MetricsWriter:
+    def __init__(self, run_dir: str, rank: int):
+        d = Path(run_dir) / "metrics"
+        d.mkdir(parents=True, exist_ok=True)
+        self.path = d / f"rank{rank}.jsonl"
+        self.fh = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict) -> None:
+        self.fh.write(json.dumps(record, sort_keys=True) + "\n")
+        self.fh.flush()
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        try:
+            print(json.dumps(plan(args), sort_keys=True))
+        except (PlanError, ValueError) as exc:
+            print(f"multinode_ds: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+    from deepspeed.accelerator import get_accelerator
+
+    accel = get_accelerator()
+    on_cpu = accel.device_name() == "cpu"
+    deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accel.communication_backend_name())
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    host = socket.gethostname()
+    if not on_cpu:
+        accel.set_device(local_rank)
+    device = torch.device("cpu") if on_cpu else torch.device(accel.device_name(local_rank))
+
+    spec = get_spec(args.model)
+    model = build_model(spec, seed=args.seed)
+    tokenizer = data_mod.ByteTokenizer()
+    docs = data_mod.read_texts(args.data) if args.data else [
+        d for d in data_mod.bundled_corpus().split("\n\n") if d.strip()]
+    blocks = data_mod.make_blocks(docs, tokenizer, args.seq_len)
+
+    n_params = sum(p.numel() for p in model.parameters())
+    config = dsc.generate(n_params, world, accelerator="cpu" if on_cpu else "gpu",
+                          device_memory_gib=args.device_memory_gib, bf16_capable=args.bf16,
+                          micro_batch=args.micro_batch, run_dir=args.run_dir)
+    if args.ds_config:
+        config = dsc.merge(config, dsc.load_override(args.ds_config))
+    if rank == 0:
+        with open(Path(args.run_dir) / "ds_config.json", "w", encoding="utf-8") as fh:
+            json.dump(config, fh, indent=2, sort_keys=True)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    warmup = max(1, args.warmup)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                           config=config)
+    ckpt_dir = args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
+    start_step = 0
+    if args.resume:
+        load_path, client = engine.load_checkpoint(ckpt_dir)
+        if load_path is not None:
+            start_step = int((client or {}).get("step", 0))
+        if rank == 0:
+            print(f"multinode_ds: resumed from {load_path} at step {start_step}", flush=True)
+
+    metrics = MetricsWriter(args.run_dir, rank)
+    metrics.write({"event": "start", "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
+                   "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time()})
+    if rank == 0:
+        print(f"multinode_ds: training {spec.name} ({n_params / 1e6:.2f}M params) on {world} ranks, "
+              f"steps {start_step}..{args.steps}", flush=True)
+    tokens_per_step = args.micro_batch * args.seq_len * world
+    t_start = time.time()
+    loss_val = float("nan")
+    for step in range(start_step, args.steps):
+        batch = data_mod.rank_batches(blocks, rank, world, args.micro_batch, args.seed, step)
+        ids = torch.tensor(batch, dtype=torch.long, device=device)
+        t0 = time.time()
+        out = engine(input_ids=ids, labels=ids)
+        engine.backward(out.loss)
+        engine.step()
+        mean_loss = out.loss.detach().float().clone()
+        dist.all_reduce(mean_loss)
+        loss_val = mean_loss.item() / world
+        dt = time.time() - t0
+        rec = {
+            "event": "step", "step": step + 1, "total_steps": args.steps, "loss": loss_val,
+            "loss_local": out.loss.item(), "lr": scheduler.get_last_lr()[0], "step_time": dt,
+            "samples_per_sec": args.micro_batch * world / dt, "tokens_per_sec": tokens_per_step / dt,
+            "rank": rank, "local_rank": local_rank, "world_size": world, "host": host, "time": time.time(),
+        }
+        metrics.write(rec)
+        if rank == 0 and ((step + 1) % args.print_every == 0 or step + 1 == args.steps):
+            eta = (time.time() - t_start) / (step + 1 - start_step) * (args.steps - step - 1)
+            print(f"multinode_ds: step {step + 1}/{args.steps} loss {loss_val:.4f} "
+                  f"{rec['tokens_per_sec']:.0f} tok/s eta {eta:.0f}s", flush=True)
+        if args.save_interval and (step + 1) % args.save_interval == 0 and step + 1 < args.steps:
+            engine.save_checkpoint(ckpt_dir, tag=f"step{step + 1}", client_state={"step": step + 1})
+    if args.steps > start_step:
+        engine.save_checkpoint(ckpt_dir, tag=f"step{args.steps}", client_state={"step": args.steps})
+    metrics.write({"event": "done", "rank": rank, "host": host, "steps": args.steps, "final_loss": loss_val,
+                   "wall_time": time.time() - t_start, "time": time.time()})
+    metrics.close()
+    dist.barrier()
+    print(f"multinode_ds: rank {rank} on {host} finished {args.steps} steps", flush=True)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

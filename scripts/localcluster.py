@@ -1,0 +1,328 @@
+#!/usr/bin/env python3
+"""Local multi-node cluster for demos and tests: podman containers with sshd.
+
+Each node is a separate host (its own network namespace, hostname, sshd and
+host keys) on a private podman network.  The default topology follows the
+field notes: one CPU-only ``coordinator`` and two ``workers``.
+
+    scripts/localcluster.py up [--workers N]   # build/cached image, start nodes, write inventory
+    scripts/localcluster.py down               # remove containers, network, volume and keys
+    scripts/localcluster.py status
+
+Podman is always driven with the project's own containers.conf (through
+CONTAINERS_CONF), never the machine's /etc.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache"
+CLUSTER = ROOT / ".cluster"
+INVENTORY_DIR = ROOT / "inventories" / "local"
+
+PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", "mnds")
+NETWORK = f"{PREFIX}-net"
+VOLUME = f"{PREFIX}-shared"
+SHARED_MOUNT = "/shared"
+SUITE = "bookworm"
+# What every node image carries.  python3-venv for the stack's venv, pdsh for
+# DeepSpeed's launcher, rsync for ansible.posix.synchronize, g++ and the
+# Python headers to build DeepSpeed's ops while provisioning.
+IMAGE_PACKAGES = [
+    "openssh-server", "openssh-client", "python3", "python3-venv", "python3-dev", "g++", "python3-apt", "python3-packaging",
+    "pdsh", "rsync", "sudo", "procps", "iproute2", "ca-certificates", "netbase", "less",
+]
+CONTAINERS_CONF = """\
+# Written by scripts/localcluster.py; used through CONTAINERS_CONF only.
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=32768:32768"]
+log_driver = "k8s-file"
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+
+
+def log(msg: str) -> None:
+    print(f"[localcluster] {msg}", flush=True)
+
+
+def podman_env() -> dict:
+    conf = CACHE / "podman" / "containers.conf"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    if not conf.exists() or conf.read_text() != CONTAINERS_CONF:
+        conf.write_text(CONTAINERS_CONF)
+    env = dict(os.environ)
+    env["CONTAINERS_CONF"] = str(conf)
+    return env
+
+
+def podman(*args: str, check: bool = True, capture: bool = True, input_bytes: bytes | None = None):
+    cmd = ["podman", *args]
+    res = subprocess.run(cmd, env=podman_env(), input=input_bytes,
+                         stdout=subprocess.PIPE if capture else None,
+                         stderr=subprocess.PIPE if capture else None)
+    if check and res.returncode != 0:
+        err = (res.stderr or b"").decode(errors="replace").strip()
+        raise SystemExit(f"[localcluster] podman {' '.join(args[:3])} failed (rc={res.returncode}): {err}")
+    return res
+
+
+def debian_mirror() -> str:
+    """The Debian mirror this machine's apt already uses."""
+    candidates = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if line.startswith("URIs:"):
+                candidates += line.split()[1:]
+            elif line.startswith("deb ") and not line.startswith("deb-src"):
+                parts = [p for p in line.split() if not p.startswith("[")]
+                if len(parts) > 1:
+                    candidates.append(parts[1])
+    for uri in candidates:
+        if "/debian" in uri and "security" not in uri:
+            return uri
+    return "http://deb.debian.org/debian"
+
+
+def image_name() -> str:
+    digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES)).encode()).hexdigest()[:10]
+    return f"localhost/{PREFIX}-node:{SUITE}-{digest}"
+
+
+def ensure_image() -> str:
+    name = image_name()
+    if podman("image", "exists", name, check=False).returncode == 0:
+        log(f"image {name} cached")
+        return name
+    tarball = CACHE / "image" / (name.split("/")[-1].replace(":", "_") + ".tar")
+    if not tarball.exists():
+        if not shutil.which("debootstrap"):
+            raise SystemExit("[localcluster] debootstrap is missing: run scripts/setup first")
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=tarball.parent) as tmp:
+            rootfs = Path(tmp) / "rootfs"
+            mirror = debian_mirror()
+            log(f"debootstrap {SUITE} from {mirror} (about a minute, cached afterwards)")
+            t0 = time.time()
+            subprocess.run(["debootstrap", "--variant=minbase", "--include=" + ",".join(IMAGE_PACKAGES),
+                            SUITE, str(rootfs), mirror], check=True, stdout=subprocess.DEVNULL)
+            # Node hygiene: no host keys baked into the image (each node makes its own
+            # at first start), no apt caches.
+            for key in (rootfs / "etc" / "ssh").glob("ssh_host_*"):
+                key.unlink()
+            shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+            (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+            subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball) + ".part", "."], check=True)
+            os.replace(str(tarball) + ".part", tarball)
+            log(f"debootstrap done in {time.time() - t0:.0f}s")
+    with open(tarball, "rb") as fh:
+        res = subprocess.run(["podman", "import", "--change", "CMD=/bin/bash", "-", name],
+                             stdin=fh, env=podman_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if res.returncode != 0:
+        raise SystemExit(f"[localcluster] podman import failed: {res.stderr.decode(errors='replace')}")
+    log(f"image {name} imported")
+    prune_old_images(name, tarball)
+    return name
+
+
+def prune_old_images(keep: str, keep_tarball: Path) -> None:
+    """Drop node images and tarballs of earlier package lists."""
+    for old in (CACHE / "image").glob(f"{PREFIX}-node_*.tar"):
+        if old != keep_tarball:
+            old.unlink()
+    res = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{PREFIX}-node", check=False)
+    for ref in res.stdout.decode().split():
+        if ref != keep:
+            podman("rmi", ref, check=False)
+
+
+def node_names(workers: int) -> list[tuple[str, str]]:
+    nodes = [("coord", "coordinator")]
+    nodes += [(f"worker{i}", "workers") for i in range(1, workers + 1)]
+    return nodes
+
+
+def container(node: str) -> str:
+    return f"{PREFIX}-{node}"
+
+
+ENTRYPOINT = (
+    "mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh && ssh-keygen -A >/dev/null && "
+    "exec /usr/sbin/sshd -D -e"
+)
+
+
+def ensure_key() -> Path:
+    CLUSTER.mkdir(mode=0o700, exist_ok=True)
+    key = CLUSTER / "id_ed25519"
+    if not key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{PREFIX}-controller",
+                        "-f", str(key)], check=True)
+    return key
+
+
+def running_nodes() -> list[str]:
+    res = podman("ps", "-a", "--filter", f"label=io.multinode.cluster={PREFIX}", "--format", "{{.Names}}",
+                 check=False)
+    return [n for n in res.stdout.decode().split() if n]
+
+
+def wait_for_sshd(name: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        res = podman("exec", name, "sh", "-c", "test -s /etc/ssh/ssh_host_ed25519_key.pub && pgrep -x sshd",
+                     check=False)
+        if res.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"[localcluster] sshd did not come up in {name}")
+
+
+def up(workers: int) -> None:
+    if workers < 1:
+        raise SystemExit("[localcluster] --workers must be at least 1")
+    image = ensure_image()
+    key = ensure_key()
+    pub = (key.with_suffix(".pub")).read_text()
+    if podman("network", "exists", NETWORK, check=False).returncode != 0:
+        podman("network", "create", "--label", f"io.multinode.cluster={PREFIX}", NETWORK)
+    if podman("volume", "exists", VOLUME, check=False).returncode != 0:
+        podman("volume", "create", "--label", f"io.multinode.cluster={PREFIX}", VOLUME)
+    wanted = node_names(workers)
+    existing = set(running_nodes())
+    for extra in sorted(existing - {container(n) for n, _ in wanted}):
+        log(f"removing {extra} (not in the requested topology)")
+        podman("rm", "-f", extra)
+    for node, _group in wanted:
+        name = container(node)
+        if name in existing:
+            state = podman("inspect", "-f", "{{.State.Running}}", name).stdout.decode().strip()
+            if state != "true":
+                podman("start", name)
+            continue
+        podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK,
+               "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
+               "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "--shm-size", "1g",
+               image, "/bin/sh", "-c", ENTRYPOINT)
+        log(f"started {name}")
+    hosts = {}
+    known = []
+    for node, group in wanted:
+        name = container(node)
+        wait_for_sshd(name)
+        podman("exec", "-i", name, "sh", "-c",
+               "umask 077; mkdir -p /root/.ssh; cat > /root/.ssh/authorized_keys.controller; "
+               "grep -qxF -f /root/.ssh/authorized_keys.controller /root/.ssh/authorized_keys 2>/dev/null || "
+               "cat /root/.ssh/authorized_keys.controller >> /root/.ssh/authorized_keys; "
+               "rm -f /root/.ssh/authorized_keys.controller", input_bytes=pub.encode())
+        info = json.loads(podman("inspect", name).stdout)[0]
+        addr = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+        hostkeys = podman("exec", name, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub").stdout.decode()
+        for line in hostkeys.splitlines():
+            ktype, kdata = line.split()[:2]
+            known.append(f"{addr} {ktype} {kdata}")
+        hosts[node] = {"group": group, "addr": addr}
+    (CLUSTER / "known_hosts").write_text("\n".join(known) + "\n")
+    write_inventory(hosts, key)
+    summary = ", ".join(f"{n}={h['addr']}" for n, h in hosts.items())
+    log(f"cluster up: {summary}")
+    log(f"inventory: {INVENTORY_DIR / 'hosts.yml'}")
+
+
+def write_inventory(hosts: dict, key: Path) -> None:
+    INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
+    lines = [
+        "---",
+        "# Generated by scripts/localcluster.py: the local podman cluster.",
+        "all:",
+        "  vars:",
+        "    ansible_user: root",
+        f"    ansible_ssh_private_key_file: {key}",
+        # Host keys were read from the nodes themselves: strict checking stays on.
+        f"    ansible_ssh_common_args: >-",
+        f"      -o UserKnownHostsFile={CLUSTER / 'known_hosts'} -o StrictHostKeyChecking=yes",
+        "    ansible_python_interpreter: /usr/bin/python3",
+        f"    shared_dir_path: {SHARED_MOUNT}",
+        "    # The podman volume mounted on every node stands in for NFS here.",
+        "    shared_dir_provider: preexisting",
+        "    deepspeed_accelerator: cpu",
+        f"    ssh_mesh_controller_key_dir: {CLUSTER / 'mesh'}",
+        "    ssh_mesh_cluster_name: local",
+        "  children:",
+    ]
+    for group in ("coordinator", "workers"):
+        lines.append(f"    {group}:")
+        lines.append("      hosts:")
+        for node, h in hosts.items():
+            if h["group"] == group:
+                lines.append(f"        {node}:")
+                lines.append(f"          ansible_host: {h['addr']}")
+    (INVENTORY_DIR / "hosts.yml").write_text("\n".join(lines) + "\n")
+
+
+def down() -> None:
+    for name in running_nodes():
+        podman("rm", "-f", "-t", "2", name)
+        log(f"removed {name}")
+    if podman("network", "exists", NETWORK, check=False).returncode == 0:
+        podman("network", "rm", "-f", NETWORK)
+        log(f"removed network {NETWORK}")
+    if podman("volume", "exists", VOLUME, check=False).returncode == 0:
+        podman("volume", "rm", "-f", VOLUME)
+        log(f"removed volume {VOLUME}")
+    shutil.rmtree(CLUSTER, ignore_errors=True)
+    shutil.rmtree(INVENTORY_DIR, ignore_errors=True)
+    log("keys and inventory removed")
+
+
+def status() -> int:
+    names = running_nodes()
+    if not names:
+        print("no local cluster")
+        return 1
+    res = podman("ps", "-a", "--filter", f"label=io.multinode.cluster={PREFIX}",
+                 "--format", "{{.Names}}\t{{.Status}}", capture=True)
+    print(res.stdout.decode().strip())
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="start (or reuse) the local cluster")
+    p_up.add_argument("--workers", type=int, default=int(os.environ.get("MNDS_WORKERS", "2")))
+    sub.add_parser("down", help="remove the local cluster")
+    sub.add_parser("status", help="list the nodes")
+    sub.add_parser("image", help="build (or reuse) the node image only")
+    args = parser.parse_args(argv)
+    if args.cmd == "up":
+        up(args.workers)
+    elif args.cmd == "down":
+        down()
+    elif args.cmd == "image":
+        ensure_image()
+    else:
+        return status()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""One local cluster shared by every end-to-end test of the session."""
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUT = ROOT / "tests" / "output"
+BIN = Path(sys.executable).parent
+
+
+class Result:
+    def __init__(self, rc, out, log):
+        self.rc, self.out, self.log = rc, out, log
+
+    def recap(self):
+        """{host: {ok: n, changed: n, ...}} from the PLAY RECAP."""
+        out = {}
+        for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", self.out, re.M):
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+        return out
+
+    def tail(self, n=60):
+        return "\n".join(self.out.splitlines()[-n:])
+
+
+def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800):
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
+    if inventory:
+        cmd += ["-i", str(inventory)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+    log.write_text(proc.stdout)
+    print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
+    return Result(proc.returncode, proc.stdout, log)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """Start (or reuse) the local cluster; removed at the end under CI unless MNDS_KEEP_CLUSTER=1."""
+    t0 = time.time()
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT, check=True)
+    print(f"local cluster up in {time.time() - t0:.0f}s")
+    yield ROOT / "inventories" / "local" / "hosts.yml"
+    if os.environ.get("CI") and not os.environ.get("MNDS_KEEP_CLUSTER"):
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "down"], cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def provisioned(cluster):
+    """site.yml run once for the session (the idempotence test runs it again)."""
+    res = run_playbook("site.yml", name="site-first")
+    assert res.rc == 0, res.tail()
+    return res

@@ -1,0 +1,111 @@
+"""End to end on the local cluster: provision, prove idempotence, train across two workers."""
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, run_playbook
+
+pytestmark = pytest.mark.e2e
+
+
+def podman_exec(node, *cmd):
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["podman", "exec", f"mnds-{node}", *cmd], env=env, capture_output=True, text=True)
+
+
+def test_site_prints_identical_versions(provisioned):
+    table = re.search(r"host\s+python\s+torch\s+cuda\s+deepspeed.*?\n((?:.*\n){3})", provisioned.out)
+    assert table, provisioned.tail()
+    rows = [line.split()[1:] for line in table.group(1).strip().splitlines()]
+    assert len(rows) == 3 and all(r == rows[0] for r in rows), table.group(0)
+    assert rows[0][1].startswith("2.13.0") and rows[0][3] == "0.19.8"
+
+
+def test_site_second_run_changes_nothing(provisioned):
+    res = run_playbook("site.yml", name="site-second")
+    assert res.rc == 0, res.tail()
+    recap = res.recap()
+    assert set(recap) >= {"coord", "worker1", "worker2"}, res.tail()
+    changed = {h: r["changed"] for h, r in recap.items() if r["changed"]}
+    assert changed == {}, f"second site.yml run changed {changed}; log {res.log}"
+
+
+def test_ssh_mesh_is_real_and_strict(provisioned):
+    # pdsh from the coordinator to every worker and to itself, with host keys checked.
+    res = podman_exec("coord", "pdsh", "-R", "ssh", "-w", "coord,worker1,worker2", "hostname")
+    assert res.returncode == 0, res.stderr
+    assert sorted(line.split(": ")[1] for line in res.stdout.splitlines()) == ["coord", "worker1", "worker2"]
+    cfg = podman_exec("worker1", "cat", "/root/.ssh/config").stdout
+    assert "StrictHostKeyChecking yes" in cfg and "StrictHostKeyChecking no" not in cfg
+    keys = podman_exec("worker1", "cat", "/root/.ssh/authorized_keys").stdout
+    assert re.search(r'^from="[0-9.,:]+" ssh-ed25519 ', keys, re.M), keys
+    # An unknown host key is refused, not accepted.
+    res = podman_exec("worker1", "ssh", "-o", "UserKnownHostsFile=/dev/null", "-o", "GlobalKnownHostsFile=/dev/null",
+                      "worker2", "true")
+    assert res.returncode != 0 and "Host key verification failed" in res.stderr
+
+
+def test_train_two_workers(provisioned):
+    run_id = f"e2e-{int(time.time())}"
+    t0 = time.time()
+    res = run_playbook("train.yml", "-e", "model=llama-tiny", "-e", "steps=30", "-e", f"run_id={run_id}",
+                       name="train")
+    wall = time.time() - t0
+    assert res.rc == 0, res.tail()
+    run = ROOT / "runs" / run_id
+    assert f"Summary: {run / 'summary.json'}" in res.out
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "success", summary["problems"]
+    assert summary["world_size"] == 2
+    assert summary["hosts"] == {"worker1": [0], "worker2": [1]}, summary["hosts"]
+    assert "coord" not in summary["hosts"]
+    assert summary["steps"] == 30 and summary["last_step"] == 30
+    assert summary["last_loss"] < summary["first_loss"], (summary["first_loss"], summary["last_loss"])
+    assert summary["exit_status"] == 0
+    assert (run / "hostfile").read_text() == "worker1 slots=1\nworker2 slots=1\n"
+    # Per-rank logs and metrics came back to the controller.
+    assert len(list((run / "logs").glob("*_rank0.log"))) == 1
+    assert len(list((run / "logs").glob("*_rank1.log"))) == 1
+    for rank, host in ((0, "worker1"), (1, "worker2")):
+        recs = [json.loads(x) for x in (run / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()]
+        steps = [r for r in recs if r["event"] == "step"]
+        assert len(steps) == 30 and {r["host"] for r in steps} == {host}
+        assert all(r["world_size"] == 2 for r in steps)
+    log = (run / "launcher.log").read_text()
+    assert "Unable to find hostfile" not in log
+    assert "coord:" not in log  # pdsh prefixes every remote line with its host: none from the coordinator
+    # Nothing of the run is left on any node, and no rank ran on the coordinator.
+    for node in ("coord", "worker1", "worker2"):
+        ps = podman_exec(node, "pgrep", "-af", "multinode_ds.train").stdout
+        assert ps.strip() == "", f"{node}: {ps}"
+    print(f"train.yml wall time {wall:.0f}s, run {summary['wall_time']:.0f}s")
+
+
+def test_unknown_model_fails_before_the_nodes_change(provisioned):
+    run_id = f"e2e-bad-model-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "model=gpt5", "-e", f"run_id={run_id}", name="bad-model")
+    assert res.rc != 0
+    assert "invalid choice: 'gpt5'" in res.out and "llama-tiny" in res.out
+    assert podman_exec("coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+
+
+def test_model_too_big_for_cpu_nodes_fails_with_the_fix(provisioned):
+    run_id = f"e2e-llama8b-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "model=llama", "-e", f"run_id={run_id}", name="llama-on-cpu")
+    assert res.rc != 0
+    assert re.search(r"model llama \(8\.0\dB parameters\) needs about \d+\.\d GiB per rank", res.out), res.tail()
+    assert "-e model=llama-tiny" in res.out
+    assert podman_exec("coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+
+
+def test_empty_workers_group_fails_before_the_nodes_change(provisioned, tmp_path):
+    inv = tmp_path / "hosts.yml"
+    inv.write_text("all:\n  children:\n    coordinator:\n      hosts:\n        coord: {}\n    workers:\n      hosts: {}\n")
+    res = run_playbook("site.yml", inventory=inv, name="empty-workers")
+    assert res.rc != 0
+    assert "workers group is empty or missing" in res.out
+    assert "PLAY [Provision every node]" not in res.out

@@ -1,0 +1,41 @@
+"""The trainer's dry run: what train.yml checks on the coordinator before anything starts."""
+import json
+
+import pytest
+
+from multinode_ds import train
+
+
+def run(capsys, *argv):
+    rc = train.main(["--dry-run", "--run-dir", "/tmp/x", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_plan_for_tiny_llama(capsys, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    rc, out, _ = run(capsys, "--model", "llama-tiny", "--world-size", "2", "--memory-gib", "8")
+    assert rc == 0
+    plan = json.loads(out)
+    assert plan["model"] == "llama-tiny" and plan["world_size"] == 2 and plan["zero_stage"] == 1
+
+
+def test_llama_8b_does_not_fit_cpu_nodes(capsys, monkeypatch):
+    monkeypatch.setenv("DS_ACCELERATOR", "cpu")
+    rc, _, err = run(capsys, "--model", "llama", "--world-size", "2", "--memory-gib", "12")
+    assert rc == 2
+    assert "model llama (8.03B parameters) needs about" in err and "-e model=llama-tiny" in err
+
+
+def test_missing_data_and_bad_config(capsys, tmp_path):
+    rc, _, err = run(capsys, "--data", str(tmp_path / "nope.txt"))
+    assert rc == 2 and "does not exist on this node" in err
+    bad = tmp_path / "ds.json"
+    bad.write_text("{not json")
+    rc, _, err = run(capsys, "--ds-config", str(bad))
+    assert rc == 2 and "is not valid JSON" in err
+
+
+def test_unknown_model_is_refused():
+    with pytest.raises(SystemExit):
+        train.parse_args(["--model", "gpt5", "--run-dir", "/tmp/x"])

@@ -1,0 +1,53 @@
+import json
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import read_jsonl, summarize
+
+
+def _rank(rank, host, losses, done=True, world=2):
+    recs = [{"event": "start", "rank": rank, "host": host, "local_rank": 0, "world_size": world}]
+    for i, loss in enumerate(losses, 1):
+        recs.append({"event": "step", "step": i, "loss": loss, "step_time": 0.5, "tokens_per_sec": 100.0 * i,
+                     "rank": rank, "host": host})
+    if done:
+        recs.append({"event": "done", "rank": rank})
+    return recs
+
+
+def test_successful_run():
+    s = summarize("r1", {0: _rank(0, "w1", [5.0, 4.0, 3.0]), 1: _rank(1, "w2", [5.0, 4.0, 3.0])},
+                  expected_world_size=2, launcher_rc=0, wall_time=12.5, coordinator="coord")
+    assert s["status"] == "success", s["problems"]
+    assert s["world_size"] == 2
+    assert s["hosts"] == {"w1": [0], "w2": [1]}
+    assert (s["first_loss"], s["last_loss"], s["steps"]) == (5.0, 3.0, 3)
+    assert s["loss_fell"] is True
+    assert s["mean_tokens_per_sec"] == 200.0
+    json.dumps(s)
+
+
+def test_rc_zero_but_rank_missing_is_a_failure():
+    s = summarize("r1", {0: _rank(0, "w1", [5.0, 4.0])}, expected_world_size=2, launcher_rc=0)
+    assert s["status"] == "failed"
+    assert "no metrics from ranks 1" in s["problems"]
+
+
+def test_unfinished_rank_and_rc():
+    s = summarize("r1", {0: _rank(0, "w1", [5.0]), 1: _rank(1, "w2", [5.0], done=False)},
+                  expected_world_size=2, launcher_rc=247)
+    assert "rank 1 on w2 did not finish" in s["problems"]
+    assert "the launcher exited with 247" in s["problems"]
+
+
+def test_hostfile_fallback_detected():
+    s = summarize("r1", {0: _rank(0, "coord", [5.0, 4.0], world=1)}, expected_world_size=2, launcher_rc=0,
+                  coordinator="coord",
+                  launcher_log="[WARNING] [runner.py:232:fetch_hostfile] Unable to find hostfile, will proceed "
+                               "with training with local resources only.")
+    assert any("fell back to the local node" in p for p in s["problems"])
+    assert any("the coordinator coord ran ranks [0]" in p for p in s["problems"])
+    assert "world size 1, expected 2 from the hostfile" in s["problems"]
+
+
+def test_torn_last_line_is_skipped():
+    text = '{"event": "step", "step": 1}\n{"event": "st'
+    assert read_jsonl(text) == [{"event": "step", "step": 1}]
