@@ -138,8 +138,8 @@ def main(argv=None) -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
     warmup = max(1, args.warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                           config=config)
+    engine = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                  config=config)[0]
     ckpt_dir = args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
     start_step = 0
     if args.resume:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Local multi-node cluster for demos and tests: podman containers with sshd.
 
 Each node is a separate host (its own network namespace, hostname, sshd and
@@ -71,7 +70,7 @@ def podman_env() -> dict:
 
 def podman(*args: str, check: bool = True, capture: bool = True, input_bytes: bytes | None = None):
     cmd = ["podman", *args]
-    res = subprocess.run(cmd, env=podman_env(), input=input_bytes,
+    res = subprocess.run(cmd, env=podman_env(), input=input_bytes, check=False,
                          stdout=subprocess.PIPE if capture else None,
                          stderr=subprocess.PIPE if capture else None)
     if check and res.returncode != 0:
@@ -112,7 +111,7 @@ def ensure_image() -> str:
     if podman("image", "exists", name, check=False).returncode == 0:
         log(f"image {name} cached")
         return name
-    tarball = CACHE / "image" / (name.split("/")[-1].replace(":", "_") + ".tar")
+    tarball = CACHE / "image" / (name.rsplit("/", maxsplit=1)[-1].replace(":", "_") + ".tar")
     if not tarball.exists():
         if not shutil.which("debootstrap"):
             raise SystemExit("[localcluster] debootstrap is missing: run scripts/setup first")
@@ -135,7 +134,7 @@ def ensure_image() -> str:
             log(f"debootstrap done in {time.time() - t0:.0f}s")
     with open(tarball, "rb") as fh:
         res = subprocess.run(["podman", "import", "--change", "CMD=/bin/bash", "-", name],
-                             stdin=fh, env=podman_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdin=fh, env=podman_env(), check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if res.returncode != 0:
         raise SystemExit(f"[localcluster] podman import failed: {res.stderr.decode(errors='replace')}")
     log(f"image {name} imported")
@@ -208,10 +207,10 @@ def up(workers: int) -> None:
         podman("volume", "create", "--label", f"io.multinode.cluster={PREFIX}", VOLUME)
     wanted = node_names(workers)
     existing = set(running_nodes())
-    for extra in sorted(existing - {container(n) for n, _ in wanted}):
+    for extra in sorted(existing - {container(node[0]) for node in wanted}):
         log(f"removing {extra} (not in the requested topology)")
         podman("rm", "-f", extra)
-    for node, _group in wanted:
+    for node, dummy in wanted:
         name = container(node)
         if name in existing:
             state = podman("inspect", "-f", "{{.State.Running}}", name).stdout.decode().strip()
@@ -257,7 +256,7 @@ def write_inventory(hosts: dict, key: Path) -> None:
         "    ansible_user: root",
         f"    ansible_ssh_private_key_file: {key}",
         # Host keys were read from the nodes themselves: strict checking stays on.
-        f"    ansible_ssh_common_args: >-",
+        "    ansible_ssh_common_args: >-",
         f"      -o UserKnownHostsFile={CLUSTER / 'known_hosts'} -o StrictHostKeyChecking=yes",
         "    ansible_python_interpreter: /usr/bin/python3",
         f"    shared_dir_path: {SHARED_MOUNT}",

@@ -17,6 +17,6 @@ for p in (str(COLLECTIONS), str(ROOT)):
 # torch in the same process as the module tests import ansible: load torch's
 # pieces first.
 try:
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo  # noqa: F401  # pylint: disable=unused-import
 except ImportError:
     pass

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """DeepSpeed hostfiles: which hosts are ranks, with how many slots, in which order.
 
 Pure Python, no Ansible import: unit-tested on the controller.

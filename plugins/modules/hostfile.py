@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -51,12 +51,14 @@ options:
     type: str
     default: "0644"
 author:
-  - multinode.deepspeed developers
+  - multinode.deepspeed developers (@multinode)
 attributes:
   check_mode:
     support: full
+    description: Computes the result and reports C(changed) without writing anything.
   diff_mode:
     support: none
+    description: Shows no diff.
 """
 
 EXAMPLES = r"""

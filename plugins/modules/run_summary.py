@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import absolute_import, division, print_function
 
@@ -18,7 +18,7 @@ description:
     the first and last loss, the wall time and the exit status.
   - A run counts as successful only when the launcher exited 0 and every rank wrote its final record;
     DeepSpeed's launcher can exit 0 although ranks died.
-  - Normally run on the controller (C(delegate_to: localhost)).
+  - Normally run on the controller, with C(delegate_to) set to C(localhost).
 options:
   run_dir:
     description: The collected run directory.
@@ -45,12 +45,14 @@ options:
     type: dict
     default: {}
 author:
-  - multinode.deepspeed developers
+  - multinode.deepspeed developers (@multinode)
 attributes:
   check_mode:
     support: full
+    description: Computes the result and reports C(changed) without writing anything.
   diff_mode:
     support: none
+    description: Shows no diff.
 """
 
 EXAMPLES = r"""

@@ -28,16 +28,16 @@ class Result:
         return "\n".join(self.out.splitlines()[-n:])
 
 
-def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800):
+def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env=None):
     OUTPUT.mkdir(parents=True, exist_ok=True)
     cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
     if inventory:
         cmd += ["-i", str(inventory)]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+               PATH=f"{BIN}:{os.environ.get('PATH', '')}", **(env or {}))
     log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
     log.write_text(proc.stdout)
     print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
@@ -52,7 +52,7 @@ def cluster():
     print(f"local cluster up in {time.time() - t0:.0f}s")
     yield ROOT / "inventories" / "local" / "hosts.yml"
     if os.environ.get("CI") and not os.environ.get("MNDS_KEEP_CLUSTER"):
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "down"], cwd=ROOT)
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "down"], cwd=ROOT, check=False)
 
 
 @pytest.fixture(scope="session")

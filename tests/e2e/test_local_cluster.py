@@ -1,7 +1,9 @@
 """End to end on the local cluster: provision, prove idempotence, train across two workers."""
 import json
+import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -14,7 +16,7 @@ pytestmark = pytest.mark.e2e
 
 def podman_exec(node, *cmd):
     env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["podman", "exec", f"mnds-{node}", *cmd], env=env, capture_output=True, text=True)
+    return subprocess.run(["podman", "exec", f"mnds-{node}", *cmd], env=env, capture_output=True, text=True, check=False)
 
 
 def test_site_prints_identical_versions(provisioned):
@@ -109,3 +111,22 @@ def test_empty_workers_group_fails_before_the_nodes_change(provisioned, tmp_path
     assert res.rc != 0
     assert "workers group is empty or missing" in res.out
     assert "PLAY [Provision every node]" not in res.out
+
+
+def test_installed_collection_trains(provisioned, tmp_path):
+    """The tarball, installed into an empty collections path, runs multinode.deepspeed.train."""
+    bin_dir = Path(sys.executable).parent
+    subprocess.run([str(bin_dir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
+                   cwd=ROOT, check=True, capture_output=True)
+    colls = tmp_path / "collections"
+    subprocess.run([str(bin_dir / "ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(colls),
+                    str(tmp_path / "multinode-deepspeed-0.1.0.tar.gz")], cwd=tmp_path, check=True,
+                   capture_output=True, env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(colls)))
+    run_id = f"e2e-installed-{int(time.time())}"
+    res = run_playbook("multinode.deepspeed.train", "-e", "steps=5", "-e", f"run_id={run_id}",
+                       "-e", f"collect_dir={tmp_path / 'runs'}", name="installed-train",
+                       env={"ANSIBLE_COLLECTIONS_PATH": str(colls)})
+    assert res.rc == 0, res.tail()
+    assert str(colls / "ansible_collections" / "multinode" / "deepspeed") in res.out
+    summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
+    assert summary["status"] == "success" and summary["world_size"] == 2 and summary["steps"] == 5

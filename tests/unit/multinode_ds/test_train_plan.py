@@ -14,7 +14,7 @@ def run(capsys, *argv):
 
 def test_plan_for_tiny_llama(capsys, monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    rc, out, _ = run(capsys, "--model", "llama-tiny", "--world-size", "2", "--memory-gib", "8")
+    rc, out, dummy = run(capsys, "--model", "llama-tiny", "--world-size", "2", "--memory-gib", "8")
     assert rc == 0
     plan = json.loads(out)
     assert plan["model"] == "llama-tiny" and plan["world_size"] == 2 and plan["zero_stage"] == 1
@@ -22,17 +22,17 @@ def test_plan_for_tiny_llama(capsys, monkeypatch):
 
 def test_llama_8b_does_not_fit_cpu_nodes(capsys, monkeypatch):
     monkeypatch.setenv("DS_ACCELERATOR", "cpu")
-    rc, _, err = run(capsys, "--model", "llama", "--world-size", "2", "--memory-gib", "12")
+    rc, dummy, err = run(capsys, "--model", "llama", "--world-size", "2", "--memory-gib", "12")
     assert rc == 2
     assert "model llama (8.03B parameters) needs about" in err and "-e model=llama-tiny" in err
 
 
 def test_missing_data_and_bad_config(capsys, tmp_path):
-    rc, _, err = run(capsys, "--data", str(tmp_path / "nope.txt"))
+    rc, dummy, err = run(capsys, "--data", str(tmp_path / "nope.txt"))
     assert rc == 2 and "does not exist on this node" in err
     bad = tmp_path / "ds.json"
     bad.write_text("{not json")
-    rc, _, err = run(capsys, "--ds-config", str(bad))
+    rc, dummy, err = run(capsys, "--ds-config", str(bad))
     assert rc == 2 and "is not valid JSON" in err
 
 
