@@ -28,20 +28,27 @@ class Result:
         return "\n".join(self.out.splitlines()[-n:])
 
 
-def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env=None):
+def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_extra=None, cwd=ROOT):
     OUTPUT.mkdir(parents=True, exist_ok=True)
     cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
     if inventory:
         cmd += ["-i", str(inventory)]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               PATH=f"{BIN}:{os.environ.get('PATH', '')}", **(env or {}))
+               PATH=f"{BIN}:{os.environ.get('PATH', '')}", PWD=str(cwd))
+    env.update(env_extra or {})
     log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
     t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
     log.write_text(proc.stdout)
     print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
     return Result(proc.returncode, proc.stdout, log)
+
+
+@pytest.fixture(name="run_playbook", scope="session")
+def run_playbook_fixture():
+    """ansible-playbook from the repo root with the repo's ansible.cfg; returns a Result."""
+    return run_playbook
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, run_playbook
 
 pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def podman_exec(node, *cmd):
@@ -27,7 +27,7 @@ def test_site_prints_identical_versions(provisioned):
     assert rows[0][1].startswith("2.13.0") and rows[0][3] == "0.19.8"
 
 
-def test_site_second_run_changes_nothing(provisioned):
+def test_site_second_run_changes_nothing(provisioned, run_playbook):
     res = run_playbook("site.yml", name="site-second")
     assert res.rc == 0, res.tail()
     recap = res.recap()
@@ -51,7 +51,7 @@ def test_ssh_mesh_is_real_and_strict(provisioned):
     assert res.returncode != 0 and "Host key verification failed" in res.stderr
 
 
-def test_train_two_workers(provisioned):
+def test_train_two_workers(provisioned, run_playbook):
     run_id = f"e2e-{int(time.time())}"
     t0 = time.time()
     res = run_playbook("train.yml", "-e", "model=llama-tiny", "-e", "steps=30", "-e", f"run_id={run_id}",
@@ -87,7 +87,7 @@ def test_train_two_workers(provisioned):
     print(f"train.yml wall time {wall:.0f}s, run {summary['wall_time']:.0f}s")
 
 
-def test_unknown_model_fails_before_the_nodes_change(provisioned):
+def test_unknown_model_fails_before_the_nodes_change(provisioned, run_playbook):
     run_id = f"e2e-bad-model-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "model=gpt5", "-e", f"run_id={run_id}", name="bad-model")
     assert res.rc != 0
@@ -95,7 +95,7 @@ def test_unknown_model_fails_before_the_nodes_change(provisioned):
     assert podman_exec("coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
 
 
-def test_model_too_big_for_cpu_nodes_fails_with_the_fix(provisioned):
+def test_model_too_big_for_cpu_nodes_fails_with_the_fix(provisioned, run_playbook):
     run_id = f"e2e-llama8b-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "model=llama", "-e", f"run_id={run_id}", name="llama-on-cpu")
     assert res.rc != 0
@@ -104,7 +104,7 @@ def test_model_too_big_for_cpu_nodes_fails_with_the_fix(provisioned):
     assert podman_exec("coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
 
 
-def test_empty_workers_group_fails_before_the_nodes_change(provisioned, tmp_path):
+def test_empty_workers_group_fails_before_the_nodes_change(provisioned, run_playbook, tmp_path):
     inv = tmp_path / "hosts.yml"
     inv.write_text("all:\n  children:\n    coordinator:\n      hosts:\n        coord: {}\n    workers:\n      hosts: {}\n")
     res = run_playbook("site.yml", inventory=inv, name="empty-workers")
@@ -113,20 +113,31 @@ def test_empty_workers_group_fails_before_the_nodes_change(provisioned, tmp_path
     assert "PLAY [Provision every node]" not in res.out
 
 
-def test_installed_collection_trains(provisioned, tmp_path):
+def test_installed_collection_trains(provisioned, run_playbook, tmp_path):
     """The tarball, installed into an empty collections path, runs multinode.deepspeed.train."""
     bin_dir = Path(sys.executable).parent
     subprocess.run([str(bin_dir / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
                    cwd=ROOT, check=True, capture_output=True)
     colls = tmp_path / "collections"
+    # Away from the repo: a config whose only collections path is the empty one we install into.
+    cfg = (ROOT / "ansible.cfg").read_text()
+    cfg = re.sub(r"(?m)^collections_path = .*$", f"collections_path = {colls}", cfg)
+    cfg = re.sub(r"(?m)^inventory = .*$", f"inventory = {provisioned_inventory()}", cfg)
+    (tmp_path / "ansible.cfg").write_text(cfg)
+    env = {"ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
     subprocess.run([str(bin_dir / "ansible-galaxy"), "collection", "install", "--no-deps", "-p", str(colls),
                     str(tmp_path / "multinode-deepspeed-0.1.0.tar.gz")], cwd=tmp_path, check=True,
-                   capture_output=True, env=dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(colls)))
+                   capture_output=True, env=dict(os.environ, **env))
+    installed = colls / "ansible_collections" / "multinode" / "deepspeed"
+    assert (installed / "playbooks" / "train.yml").exists()
     run_id = f"e2e-installed-{int(time.time())}"
     res = run_playbook("multinode.deepspeed.train", "-e", "steps=5", "-e", f"run_id={run_id}",
-                       "-e", f"collect_dir={tmp_path / 'runs'}", name="installed-train",
-                       env={"ANSIBLE_COLLECTIONS_PATH": str(colls)})
+                       name="installed-train", env_extra=env, cwd=tmp_path)
     assert res.rc == 0, res.tail()
-    assert str(colls / "ansible_collections" / "multinode" / "deepspeed") in res.out
+    # collect_dir defaults to runs/ under the directory ansible-playbook ran in.
     summary = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())
     assert summary["status"] == "success" and summary["world_size"] == 2 and summary["steps"] == 5
+
+
+def provisioned_inventory():
+    return ROOT / "inventories" / "local" / "hosts.yml"
