@@ -22,6 +22,36 @@ class ByteTokenizer:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
 
+class HFTokenizer:
+    """A Hugging Face tokenizer behind the ByteTokenizer's interface."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.vocab_size = len(tok)
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tok(text, add_special_tokens=True)["input_ids"]
+        if self.tok.eos_token_id is not None:
+            ids = ids + [self.tok.eos_token_id]
+        return ids
+
+    def decode(self, ids) -> str:
+        return self.tok.decode(ids, skip_special_tokens=True)
+
+
+def hf_dataset_texts(spec: str, limit: int = 100000) -> list[str]:
+    """Texts of a Hugging Face dataset ``NAME[:SPLIT]`` (its ``text`` column)."""
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError("--dataset needs the 'datasets' package on every node; add it to stack_packages") from None
+    name, split = (spec.split(":", 1) + [""])[:2]
+    ds = datasets.load_dataset(name, split=split or "train")
+    if "text" not in ds.column_names:
+        raise ValueError(f"dataset {name} has no 'text' column (columns: {', '.join(ds.column_names)})")
+    return [t for t in ds.select(range(min(limit, len(ds))))["text"] if t and t.strip()]
+
+
 def bundled_corpus() -> str:
     return resources.files("multinode_ds").joinpath("data/corpus.txt").read_text(encoding="utf-8")
 

@@ -30,6 +30,11 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--data", action="append", default=[], help=".txt/.jsonl file or directory (repeatable)")
+    p.add_argument("--dataset", default=None,
+                   help="a Hugging Face dataset, NAME[:SPLIT] (needs the datasets package and the hub)")
+    p.add_argument("--model-path", default=None,
+                   help="pretrained weights: a local directory (on shared storage) or a Hugging Face hub id; "
+                        "the token comes from HF_TOKEN_PATH, never from the command line")
     p.add_argument("--ds-config", help="a user's DeepSpeed JSON, merged over the generated config")
     p.add_argument("--device-memory-gib", type=float, default=None)
     p.add_argument("--bf16", action="store_true", help="the devices support bf16")
@@ -62,6 +67,9 @@ def plan(args) -> dict:
             raise PlanError(f"DeepSpeed config {args.ds_config} does not exist. Fix: pass the path of a JSON file "
                             f"that every node can read.")
         dsc.load_override(args.ds_config)
+    if args.model_path and not Path(args.model_path).exists() and args.model_path.startswith(("/", ".")):
+        raise PlanError(f"model path {args.model_path} does not exist on this node. Fix: put the weights on "
+                        f"the shared directory, or pass a Hugging Face hub id.")
     if args.steps < 1:
         raise PlanError(f"steps={args.steps}; a run needs at least one step. Fix: -e steps=30")
     n_params = spec.n_params()
@@ -94,6 +102,28 @@ class MetricsWriter:
         self.fh.close()
 
 
+def load_model_and_tokenizer(spec, args):
+    """Random-initialised ``spec`` with the byte tokenizer, or pretrained weights from ``--model-path``.
+
+    A local directory or a hub id; the hub token is read by huggingface_hub from the file named in
+    HF_TOKEN_PATH (written by train.yml from a vaulted variable), so it never appears in a command line
+    or a log.
+    """
+    if not args.model_path:
+        return build_model(spec, seed=args.seed), data_mod.ByteTokenizer()
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model_path)
+    try:
+        tok = transformers.AutoTokenizer.from_pretrained(args.model_path)
+        tokenizer = data_mod.HFTokenizer(tok)
+    except (OSError, ValueError):
+        if model.config.vocab_size < data_mod.ByteTokenizer.vocab_size:
+            raise PlanError(f"{args.model_path} has no tokenizer and a vocabulary too small for bytes")
+        tokenizer = data_mod.ByteTokenizer()
+    return model, tokenizer
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dry_run:
@@ -119,10 +149,13 @@ def main(argv=None) -> int:
     device = torch.device("cpu") if on_cpu else torch.device(accel.device_name(local_rank))
 
     spec = get_spec(args.model)
-    model = build_model(spec, seed=args.seed)
-    tokenizer = data_mod.ByteTokenizer()
-    docs = data_mod.read_texts(args.data) if args.data else [
-        d for d in data_mod.bundled_corpus().split("\n\n") if d.strip()]
+    model, tokenizer = load_model_and_tokenizer(spec, args)
+    if args.dataset:
+        docs = data_mod.hf_dataset_texts(args.dataset)
+    elif args.data:
+        docs = data_mod.read_texts(args.data)
+    else:
+        docs = [d for d in data_mod.bundled_corpus().split("\n\n") if d.strip()]
     blocks = data_mod.make_blocks(docs, tokenizer, args.seq_len)
 
     n_params = sum(p.numel() for p in model.parameters())

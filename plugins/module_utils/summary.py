@@ -27,8 +27,20 @@ def read_jsonl(text):
     return out
 
 
+def launcher_exit(nodes):
+    """The launchers' exit code from the agents' last heartbeats: the first non-zero one, else 0;
+    None when a launcher never reported one."""
+    codes = [b.get("exit_code") for b in nodes.values() if b.get("role") == "launcher"]
+    if not codes:
+        return None
+    for code in codes:
+        if code not in (0, None):
+            return code
+    return None if None in codes else 0
+
+
 def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=None, wall_time=None,
-              coordinator=None, launcher_log=""):
+              coordinator=None, launcher_log="", expect_metrics=True):
     """Build the run's summary from ``{rank: [records...]}``.
 
     The run counts as successful only when the launcher exited 0, every expected
@@ -55,13 +67,13 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
         }
         for r in step_recs:
             steps.setdefault(r["step"], r)
-        if done is None:
+        if done is None and expect_metrics:
             problems.append("rank %s on %s did not finish" % (rank, host))
     world_sizes = {v["world_size"] for v in ranks.values() if v["world_size"] is not None}
     world_size = world_sizes.pop() if len(world_sizes) == 1 else None
     if len(world_sizes) > 1:
         problems.append("ranks disagree on the world size")
-    if expected_world_size is not None:
+    if expected_world_size is not None and expect_metrics:
         if world_size != expected_world_size:
             problems.append("world size %s, expected %s from the hostfile" % (world_size, expected_world_size))
         missing = sorted(set(range(expected_world_size)) - set(ranks))
@@ -69,7 +81,9 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
             problems.append("no metrics from ranks %s" % ", ".join(map(str, missing)))
     if "Unable to find hostfile" in (launcher_log or ""):
         problems.append("DeepSpeed did not find the hostfile and fell back to the local node")
-    if launcher_rc not in (None, 0):
+    if launcher_rc is None:
+        problems.append("the launcher's exit code is unknown (it never finished)")
+    elif launcher_rc != 0:
         problems.append("the launcher exited with %s" % launcher_rc)
     hosts = {}
     for rank, info in sorted(ranks.items()):
@@ -84,7 +98,7 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
         "status": "success" if not problems else "failed",
         "problems": problems,
         "exit_status": launcher_rc,
-        "world_size": world_size,
+        "world_size": world_size if expect_metrics else expected_world_size,
         "hosts": hosts,
         "ranks": {str(k): v for k, v in sorted(ranks.items())},
         "steps": len(ordered),
@@ -95,3 +109,16 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
         "mean_tokens_per_sec": (sum(tps) / len(tps)) if tps else None,
         "wall_time": wall_time,
     }
+
+
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY")
+
+
+def mask_env(env):
+    """The environment with the values of secret-looking variables replaced (paths to secrets are kept)."""
+    out = {}
+    for key, value in env.items():
+        upper = key.upper()
+        secret = any(w in upper for w in _SECRET_WORDS) and not upper.endswith(("_PATH", "_FILE"))
+        out[key] = "********" if secret else value
+    return out

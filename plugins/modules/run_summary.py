@@ -18,6 +18,9 @@ description:
     the first and last loss, the wall time and the exit status.
   - A run counts as successful only when the launcher exited 0 and every rank wrote its final record;
     DeepSpeed's launcher can exit 0 although ranks died.
+  - Reads the per-node agents' records (C(nodes/*.json)) for exit codes and versions, finds the rank that
+    failed first, and maps known failure patterns in the logs to their cause and remedy (C(diagnosis)).
+  - Writes C(report.md) with PNG plots under C(plots/) (loss, throughput, step time per node).
   - Normally run on the controller, with C(delegate_to) set to C(localhost).
 options:
   run_dir:
@@ -40,10 +43,22 @@ options:
   coordinator:
     description: The coordinator's host name; a rank there is reported as a problem.
     type: str
+  expect_metrics:
+    description:
+      - Whether the entrypoint writes the bundled trainer's metrics (C(metrics/rank*.jsonl)).
+      - A user's own script need not; its run then counts as successful on the launchers' exit codes.
+    type: bool
+    default: true
+  plots:
+    description: Draw PNG plots of loss, throughput and per-node step time (needs matplotlib on the controller).
+    type: bool
+    default: true
   extra:
     description: More facts to keep in the summary (model, backend, hostfile path, ...).
     type: dict
     default: {}
+requirements:
+  - matplotlib (for O(plots))
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -94,6 +109,15 @@ path:
   description: Path of C(summary.json).
   returned: always
   type: str
+report:
+  description: Path of C(report.md).
+  returned: always
+  type: str
+plots:
+  description: Paths of the PNG plots.
+  returned: always
+  type: list
+  elements: str
 """
 
 import glob
@@ -101,8 +125,35 @@ import json
 import os
 import re
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import read_jsonl, summarize
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.multinode.deepspeed.plugins.module_utils.diagnose import diagnose, first_failure
+from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile import build, parse
+from ansible_collections.multinode.deepspeed.plugins.module_utils.report import markdown, plot_series
+from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import (
+    launcher_exit, mask_env, read_jsonl, summarize)
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: F401  # pylint: disable=unused-import
+    HAS_MATPLOTLIB = True
+except ImportError:
+    HAS_MATPLOTLIB = False
+
+
+def _read(path, limit=4 * 1024 * 1024):
+    try:
+        with open(path, errors="replace") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - limit))
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _tail(text, n=15):
+    return "\n".join(text.rstrip().splitlines()[-n:])
 
 
 def main():
@@ -114,32 +165,103 @@ def main():
             launcher_rc=dict(type="int"),
             wall_time=dict(type="float"),
             coordinator=dict(type="str"),
+            expect_metrics=dict(type="bool", default=True),
+            plots=dict(type="bool", default=True),
             extra=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
     p = module.params
     run_dir = p["run_dir"]
+    if p["plots"] and not HAS_MATPLOTLIB:
+        module.fail_json(msg=missing_required_lib("matplotlib"))
     records = {}
     for path in sorted(glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl"))):
         m = re.search(r"rank(\d+)\.jsonl$", path)
-        with open(path) as fh:
-            records[int(m.group(1))] = read_jsonl(fh.read())
-    launcher_log = ""
-    log_path = os.path.join(run_dir, "launcher.log")
-    if os.path.exists(log_path):
-        with open(log_path, errors="replace") as fh:
-            launcher_log = fh.read()
-    summary = summarize(p["run_id"], records, expected_world_size=p["world_size"], launcher_rc=p["launcher_rc"],
-                        wall_time=p["wall_time"], coordinator=p["coordinator"], launcher_log=launcher_log)
+        records[int(m.group(1))] = read_jsonl(_read(path))
+    nodes = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.json"))):
+        try:
+            beat = json.loads(_read(path))
+        except ValueError:
+            continue
+        nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
+    launcher_logs = {}
+    if os.path.exists(os.path.join(run_dir, "nodes")):
+        for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.launcher.log"))):
+            launcher_logs[os.path.basename(path)[:-len(".launcher.log")]] = _read(path)
+    rank_logs = {}
+    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "*_rank*.log"))):
+        m = re.search(r"_rank(\d+)\.log$", path)
+        rank_logs[int(m.group(1))] = path
+    layout_hosts = []
+    if os.path.exists(os.path.join(run_dir, "hostfile")):
+        layout_hosts = build(parse(_read(os.path.join(run_dir, "hostfile"))))["hosts"]
+    rank_host = {}
+    for h in layout_hosts:
+        for local in range(h["slots"]):
+            rank_host[h["first_rank"] + local] = h["name"]
+
+    launcher_rc = p["launcher_rc"] if p["launcher_rc"] is not None else launcher_exit(nodes)
+    summary = summarize(p["run_id"], records, expected_world_size=p["world_size"], launcher_rc=launcher_rc,
+                        wall_time=p["wall_time"], coordinator=p["coordinator"],
+                        launcher_log="\n".join(launcher_logs.values()), expect_metrics=p["expect_metrics"])
+    abort = None
+    if os.path.exists(os.path.join(run_dir, "control", "ABORT")):
+        try:
+            abort = json.loads(_read(os.path.join(run_dir, "control", "ABORT")))
+        except ValueError:
+            abort = {"reason": "unreadable abort record"}
+    # Which rank failed first: the node that raised the abort is looked at first.
+    ordered = sorted(launcher_logs.items(), key=lambda kv: kv[0] != (abort or {}).get("host"))
+    failure = first_failure(dict(ordered), layout_hosts)
+    if failure is not None:
+        rank = failure.get("rank")
+        if rank is not None and rank in rank_logs:
+            failure["log"] = os.path.relpath(rank_logs[rank], run_dir)
+            failure["last_lines"] = _tail(_read(rank_logs[rank]))
+        summary["status"] = "failed"
+        summary["problems"].insert(0, "rank %s on %s exited with %s%s" % (
+            rank, failure.get("host"), failure.get("exit_code"),
+            " (%s)" % failure["signal"] if failure.get("signal") else ""))
+    if abort:
+        summary["status"] = "failed"
+        if failure is None:
+            summary["problems"].insert(0, "the run was aborted by %s: %s" % (abort.get("host"), abort.get("reason")))
+    texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in launcher_logs.items())
+    texts.update(("logs/" + os.path.basename(path), _read(path)) for path in rank_logs.values())
+    summary["diagnosis"] = diagnose(texts, dict((h, b.get("versions") or {}) for h, b in nodes.items()))
+    summary["failure"] = failure
+    summary["abort"] = abort
+    summary["versions"] = dict((h, b.get("versions")) for h, b in sorted(nodes.items()))
+    summary["nodes"] = dict((h, {"role": b.get("role"), "state": b.get("state"), "exit_code": b.get("exit_code"),
+                                 "reason": b.get("reason"), "left_pids": b.get("pids")})
+                            for h, b in sorted(nodes.items()))
+    summary["rank_logs"] = dict((str(r), {"host": rank_host.get(r), "log": os.path.relpath(path, run_dir)})
+                                for r, path in sorted(rank_logs.items()))
+    env = {}
+    for line in _read(os.path.join(run_dir, ".deepspeed_env")).splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            env[key] = value
+    summary["environment"] = mask_env(env)
+    if not summary["hosts"] and rank_logs:
+        for r in sorted(rank_logs):
+            summary["hosts"].setdefault(rank_host.get(r), []).append(r)
     summary.update(p["extra"])
     out = os.path.join(run_dir, "summary.json")
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    changed = not os.path.exists(out) or open(out).read() != text
-    if changed and not module.check_mode:
+    changed = not os.path.exists(out) or _read(out) != text
+    plots = []
+    if not module.check_mode:
         with open(out, "w") as fh:
             fh.write(text)
-    module.exit_json(changed=changed, summary=summary, path=out)
+        if p["plots"]:
+            plots = plot_series(records, rank_host, os.path.join(run_dir, "plots"))
+        with open(os.path.join(run_dir, "report.md"), "w") as fh:
+            fh.write(markdown(summary, [os.path.relpath(x, run_dir) for x in plots]))
+    module.exit_json(changed=changed, summary=summary, path=out, report=os.path.join(run_dir, "report.md"),
+                     plots=plots)
 
 
 if __name__ == "__main__":

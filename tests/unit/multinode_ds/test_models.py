@@ -25,3 +25,18 @@ def test_tiny_param_count_matches_the_built_model(name):
     spec = get_spec(name)
     model = build_model(spec, seed=0)
     assert sum(p.numel() for p in model.parameters()) == spec.n_params()
+
+
+def test_pretrained_weights_from_a_local_directory(tmp_path):
+    pytest.importorskip("transformers")
+    from multinode_ds import train
+    spec = get_spec("llama-tiny")
+    model = build_model(spec, seed=3)
+    model.save_pretrained(tmp_path / "weights")
+    args = train.parse_args(["--run-dir", str(tmp_path), "--model-path", str(tmp_path / "weights")])
+    loaded, tok = train.load_model_and_tokenizer(spec, args)
+    a = dict(model.named_parameters())
+    for name, param in loaded.named_parameters():
+        assert (param == a[name]).all(), name
+    # No tokenizer saved with these weights: the byte tokenizer fits the vocabulary.
+    assert tok.encode("ab")[1:3] == [97, 98]

@@ -39,3 +39,8 @@ def test_missing_data_and_bad_config(capsys, tmp_path):
 def test_unknown_model_is_refused():
     with pytest.raises(SystemExit):
         train.parse_args(["--model", "gpt5", "--run-dir", "/tmp/x"])
+
+
+def test_missing_model_path_is_reported(capsys, tmp_path):
+    rc, dummy, err = run(capsys, "--model-path", str(tmp_path / "no-weights"))
+    assert rc == 2 and "model path" in err and "does not exist on this node" in err

@@ -51,3 +51,11 @@ def test_hostfile_fallback_detected():
 def test_torn_last_line_is_skipped():
     text = '{"event": "step", "step": 1}\n{"event": "st'
     assert read_jsonl(text) == [{"event": "step", "step": 1}]
+
+
+def test_secrets_are_masked_and_paths_kept():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import mask_env
+    env = {"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k", "MY_PASSWORD": "p", "HF_TOKEN_PATH": "/opt/x/hf_token",
+           "DS_ACCELERATOR": "cpu"}
+    assert mask_env(env) == {"HF_TOKEN": "********", "WANDB_API_KEY": "********", "MY_PASSWORD": "********",
+                             "HF_TOKEN_PATH": "/opt/x/hf_token", "DS_ACCELERATOR": "cpu"}

@@ -1,0 +1,276 @@
+"""Per-node run agent: starts a node's share of a run, beats, and stops it for good.
+
+``python -m multinode_ds.agent --run-dir D --host H [--] [CMD ...]``
+
+Ansible starts one agent on every node of a run (an async task).  The run
+directory ``D`` lies on storage every node shares, and serves as the run's
+control plane:
+
+* ``D/nodes/<host>.json`` -- this agent's heartbeat and state, rewritten every
+  ``--interval`` seconds: the PIDs of the run's processes on this node, the
+  launcher's exit code once it exited, and why the agent stopped.
+* ``D/control/ABORT`` -- written by any agent whose launcher failed, or by the
+  controller (a failed rank elsewhere, a silent node, Ctrl-C).  Every agent
+  that sees it kills the run's processes on its node: SIGTERM, then SIGKILL.
+* ``D/control/lease`` -- touched by the controller while it watches.  When it
+  goes stale (the controller died or was interrupted), the agents abort.
+* ``D/control/DONE`` -- written by the controller when the run ended well.
+
+The run's processes are found by the ``MULTINODE_DS_RUN_ID`` variable in their
+environment (the launcher exports it to every rank), not by a broad ``pkill``
+that could hit another job.  With CMD, the agent starts it in its own session
+with the run's environment (``D/.deepspeed_env`` plus the marker) and exits
+with its exit code; without CMD it only watches (the pdsh backend's workers,
+whose ranks the coordinator's launcher starts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MARKER = "MULTINODE_DS_RUN_ID"
+EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
+
+
+def read_env_file(path: Path) -> dict:
+    """KEY=VALUE lines of a .deepspeed_env file."""
+    env = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if "=" in line and not line.startswith("#"):
+                key, value = line.split("=", 1)
+                env[key.strip()] = value
+    return env
+
+
+def run_pids(run_id: str, exclude=()) -> list[int]:
+    """PIDs of processes whose environment carries this run's marker."""
+    needle = f"{MARKER}={run_id}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        if pid in exclude:
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    pids.append(pid)
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+def versions() -> dict:
+    """The versions this node runs (read without importing torch)."""
+    import importlib.metadata as md
+    import platform
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "deepspeed", "transformers"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def kill_all(run_id: str, own: set, pgid: int | None, grace: float = 3.0) -> None:
+    """SIGTERM the run's processes on this node, SIGKILL what is left after ``grace``."""
+    def signal_all(sig):
+        if pgid:
+            try:
+                os.killpg(pgid, sig)
+            except OSError:
+                pass
+        for pid in run_pids(run_id, exclude=own):
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+    signal_all(signal.SIGTERM)
+    deadline = time.time() + grace
+    while time.time() < deadline and run_pids(run_id, exclude=own):
+        time.sleep(0.2)
+    signal_all(signal.SIGKILL)
+    deadline = time.time() + grace
+    while time.time() < deadline and run_pids(run_id, exclude=own):
+        time.sleep(0.2)
+
+
+class Agent:
+    def __init__(self, args):
+        self.run_dir = Path(args.run_dir)
+        self.run_id = args.run_id or self.run_dir.name
+        self.host = args.host or socket.gethostname()
+        self.cmd = args.cmd
+        self.interval = args.interval
+        self.lease_timeout = args.lease_timeout
+        self.grace = args.grace
+        self.max_time = args.max_time
+        self.control = self.run_dir / "control"
+        self.nodes = self.run_dir / "nodes"
+        self.log_path = self.run_dir / "nodes" / f"{self.host}.launcher.log"
+        self.status_path = self.nodes / f"{self.host}.json"
+        self.own = {os.getpid()}
+        self.child = None
+        self.started = time.time()
+        self.seen_pids = False
+        self.log_pos = 0
+        self.state = {"host": self.host, "run_id": self.run_id, "agent_pid": os.getpid(),
+                      "role": "launcher" if self.cmd else "watcher", "state": "starting",
+                      "started": self.started, "exit_code": None, "reason": None, "pids": [],
+                      "failed_line": None, "versions": versions()}
+
+    # -- helpers -------------------------------------------------------
+    def beat(self, **updates):
+        self.state.update(updates)
+        self.state["time"] = time.time()
+        write_json(self.status_path, self.state)
+
+    def abort(self, reason: str, **extra) -> None:
+        """Ask every node to stop the run (first writer wins)."""
+        path = self.control / "ABORT"
+        if not path.exists():
+            data = {"reason": reason, "host": self.host, "time": time.time(), **extra}
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, sort_keys=True)
+
+    def lease_stale(self) -> bool:
+        if time.time() - self.started < self.grace:
+            return False
+        try:
+            age = time.time() - (self.control / "lease").stat().st_mtime
+        except FileNotFoundError:
+            return True
+        return age > self.lease_timeout
+
+    def scan_log(self):
+        """The first 'exits with return code = N' (N != 0) line of this node's launcher."""
+        if not self.log_path.exists():
+            return None
+        with open(self.log_path, errors="replace") as fh:
+            fh.seek(self.log_pos)
+            chunk = fh.read()
+            self.log_pos = fh.tell()
+        for line in chunk.splitlines():
+            m = EXIT_LINE.search(line)
+            if m and int(m.group(1)) != 0:
+                return line.strip(), int(m.group(1))
+        return None
+
+    def start_child(self):
+        env = dict(os.environ)
+        env.update(read_env_file(self.run_dir / ".deepspeed_env"))
+        env[MARKER] = self.run_id
+        log = open(self.log_path, "ab")
+        self.child = subprocess.Popen(self.cmd, cwd=self.run_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self.beat(state="running", launcher_pid=self.child.pid)
+
+    # -- main loop -----------------------------------------------------
+    def run(self) -> int:
+        self.nodes.mkdir(parents=True, exist_ok=True)
+        self.control.mkdir(parents=True, exist_ok=True)
+        self.beat()
+        if (self.control / "ABORT").exists():
+            self.beat(state="aborted", reason="the run was aborted before this node started")
+            return 1
+        if self.cmd:
+            self.start_child()
+        else:
+            self.beat(state="running")
+        reason = None
+        while True:
+            pids = run_pids(self.run_id, exclude=self.own)
+            self.seen_pids = self.seen_pids or bool(pids)
+            rc = self.child.poll() if self.child else None
+            if rc is not None and self.state["exit_code"] is None:
+                self.state["exit_code"] = rc
+                if rc != 0:
+                    self.abort(f"the launcher on {self.host} exited with {rc}", exit_code=rc)
+            failed = self.scan_log() if self.cmd else None
+            if failed and not self.state["failed_line"]:
+                self.state["failed_line"] = failed[0]
+                self.abort(f"a rank on {self.host} exited with {failed[1]}", exit_code=failed[1], line=failed[0])
+            if (self.control / "ABORT").exists():
+                reason = "aborted"
+                break
+            if self.lease_stale():
+                reason = "the controller stopped watching (lease expired)"
+                self.abort(reason)
+                break
+            if self.max_time and time.time() - self.started > self.max_time:
+                reason = f"the run exceeded its timeout of {self.max_time:.0f}s"
+                self.abort(reason)
+                break
+            if self.child is not None and rc is not None and not pids:
+                reason = "finished"
+                break
+            if self.child is None and (self.control / "DONE").exists() and not pids:
+                reason = "finished"
+                break
+            self.beat(state="running", pids=pids)
+            time.sleep(self.interval)
+        if reason != "finished":
+            self.beat(state="stopping", reason=reason)
+            kill_all(self.run_id, self.own, self.child.pid if self.child else None)
+            if self.child is not None:
+                try:
+                    self.child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+                if self.state["exit_code"] is None:
+                    self.state["exit_code"] = self.child.returncode
+        left = run_pids(self.run_id, exclude=self.own)
+        self.beat(state="finished" if reason == "finished" else "aborted", reason=reason, pids=left)
+        if self.child is not None:
+            return self.state["exit_code"] if self.state["exit_code"] is not None else 1
+        return 0 if reason == "finished" else 1
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.agent", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--run-id", default=None, help="default: the run directory's name")
+    p.add_argument("--host", default=None, help="this node's name in the inventory (default: its hostname)")
+    p.add_argument("--interval", type=float, default=1.0, help="heartbeat period in seconds")
+    p.add_argument("--lease-timeout", type=float, default=45.0,
+                   help="abort when the controller's lease (control/lease) is older than this")
+    p.add_argument("--grace", type=float, default=0.0,
+                   help="seconds after the agent's start before the lease is enforced (train.yml creates "
+                        "the lease before it starts the agents)")
+    p.add_argument("--max-time", type=float, default=0.0, help="abort the run after this many seconds (0: never)")
+    p.add_argument("cmd", nargs=argparse.REMAINDER, help="the node's launcher command")
+    args = p.parse_args(argv)
+    if args.cmd and args.cmd[0] == "--":
+        args.cmd = args.cmd[1:]
+    return args
+
+
+def main(argv=None) -> int:
+    return Agent(parse_args(argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

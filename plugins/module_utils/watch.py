@@ -1,0 +1,102 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Decisions of the controller's watch loop over a running job, and its progress lines.
+
+Pure Python, no Ansible import: unit-tested on the controller.  The input is
+what the ``run_status`` module reads from the run directory: the per-node
+agent heartbeats, the ABORT record, and the last metrics record of each rank.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+RUNNING = "running"
+SUCCESS = "success"
+FAILED = "failed"
+STOPPING = "stopping"
+
+
+def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start_timeout=120.0,
+           started_at=None, world_size=None):
+    """What the watch loop does next.
+
+    ``status``: {"nodes": {host: heartbeat dict}, "abort": dict or None, "ranks": {rank: last record},
+    "done_ranks": [ranks that wrote their done record]}.
+    ``expected_nodes``: every host that runs an agent; ``launchers``: those whose agent runs a launcher.
+
+    Returns ``(verdict, reason, action)``: verdict is RUNNING, STOPPING (an abort is under
+    way; keep polling until every node stopped), SUCCESS or FAILED; action is None,
+    ``("abort", reason)`` or ``("done", None)``.
+    """
+    nodes = status.get("nodes") or {}
+    abort = status.get("abort")
+    if abort:
+        active = [h for h in expected_nodes if _alive(nodes.get(h), now, heartbeat_timeout)
+                  and nodes[h].get("state") not in ("aborted", "finished")]
+        if active:
+            return STOPPING, abort.get("reason"), None
+        return FAILED, abort.get("reason"), None
+    missing = [h for h in expected_nodes if h not in nodes]
+    if missing:
+        if started_at is not None and now - started_at > start_timeout:
+            reason = "no agent started on %s within %ds" % (", ".join(missing), start_timeout)
+            return STOPPING, reason, ("abort", reason)
+        return RUNNING, None, None
+    for host in expected_nodes:
+        beat = nodes[host]
+        if beat.get("state") in ("finished", "aborted"):
+            continue
+        if not _alive(beat, now, heartbeat_timeout):
+            reason = "node %s stopped answering (no heartbeat for %.0fs)" % (host, now - beat.get("time", 0))
+            return STOPPING, reason, ("abort", reason)
+    launcher_states = [nodes[h] for h in launchers]
+    if launcher_states and all(b.get("state") == "finished" for b in launcher_states):
+        codes = [b.get("exit_code") for b in launcher_states]
+        if any(c not in (0, None) for c in codes):
+            host = next(h for h in launchers if nodes[h].get("exit_code") not in (0, None))
+            reason = "the launcher on %s exited with %s" % (host, nodes[host].get("exit_code"))
+            return FAILED, reason, None
+        done = set(status.get("done_ranks") or [])
+        if world_size is not None and len(done) < world_size:
+            lost = sorted(set(range(world_size)) - done)
+            reason = "the launchers exited 0 but ranks %s never finished" % ", ".join(map(str, lost))
+            return STOPPING, reason, ("abort", reason)
+        watchers = [h for h in expected_nodes if h not in launchers]
+        if all(nodes[h].get("state") == "finished" for h in watchers):
+            return SUCCESS, None, None
+        return RUNNING, None, ("done", None)
+    return RUNNING, None, None
+
+
+def _alive(beat, now, timeout):
+    return beat is not None and now - beat.get("time", 0) <= timeout
+
+
+def progress_line(status, now, total_steps=None):
+    """One line: step/total, loss, tokens/s, samples/s, ETA, and each node's heartbeat age."""
+    ranks = status.get("ranks") or {}
+    steps = [r for r in ranks.values() if r.get("event") == "step"]
+    parts = []
+    if steps:
+        head = min(steps, key=lambda r: r.get("step", 0))
+        total = total_steps or head.get("total_steps")
+        step = head.get("step", 0)
+        parts.append("step %s/%s" % (step, total or "?"))
+        if head.get("loss") is not None:
+            parts.append("loss %.4f" % head["loss"])
+        if head.get("tokens_per_sec"):
+            parts.append("%.0f tok/s" % head["tokens_per_sec"])
+        if head.get("samples_per_sec"):
+            parts.append("%.1f samples/s" % head["samples_per_sec"])
+        if total and head.get("step_time"):
+            parts.append("eta %.0fs" % (max(0, total - step) * head["step_time"]))
+    else:
+        parts.append("starting")
+    beats = []
+    for host, beat in sorted((status.get("nodes") or {}).items()):
+        beats.append("%s %s %.0fs" % (host, beat.get("state", "?"), max(0.0, now - beat.get("time", now))))
+    if beats:
+        parts.append("nodes: " + ", ".join(beats))
+    return " | ".join(parts)

@@ -1,0 +1,169 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: run_status
+short_description: Read (and steer) a running job through its shared run directory
+version_added: "0.1.0"
+description:
+  - Reads the heartbeats that the per-node agents write to C(nodes/<host>.json), the abort record
+    C(control/ABORT), and the last metrics record of every rank from a run directory on shared storage.
+  - Touches the controller's lease C(control/lease), so that the agents stop the run when the controller
+    stops watching; can ask every node to stop (O(abort)) or mark the run done (O(done)).
+  - The M(multinode.deepspeed.watch) action calls it in a loop; it is a module of its own so that a person
+    can look at a run by hand too.
+options:
+  run_dir:
+    description: The run directory on the node (on storage every node shares).
+    type: path
+    required: true
+  touch_lease:
+    description: Renew the controller's lease.
+    type: bool
+    default: false
+  abort:
+    description: When set, write C(control/ABORT) with this reason (unless an abort is already recorded).
+    type: str
+  done:
+    description: Write C(control/DONE), telling the watching agents that the run ended well.
+    type: bool
+    default: false
+author:
+  - multinode.deepspeed developers (@multinode)
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; writes nothing in check mode.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+"""
+
+EXAMPLES = r"""
+- name: Look at a run
+  multinode.deepspeed.run_status:
+    run_dir: /shared/runs/20261122-130000-llama-tiny
+  register: status
+
+- name: Stop a run on every node
+  multinode.deepspeed.run_status:
+    run_dir: /shared/runs/20261122-130000-llama-tiny
+    abort: stopped by hand
+"""
+
+RETURN = r"""
+nodes:
+  description: Heartbeat of every node's agent, by host.
+  returned: always
+  type: dict
+abort:
+  description: The abort record, or null.
+  returned: always
+  type: dict
+ranks:
+  description: The last metrics record of every rank, by rank.
+  returned: always
+  type: dict
+done_ranks:
+  description: Ranks that wrote their final record.
+  returned: always
+  type: list
+  elements: int
+now:
+  description: The node's clock when it read the files (heartbeats use the nodes' clocks).
+  returned: always
+  type: float
+"""
+
+import glob
+import json
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def _load(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _last_records(path, size=8192):
+    """The last complete JSON records of a metrics file (a torn last line is skipped)."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        end = fh.tell()
+        fh.seek(max(0, end - size))
+        chunk = fh.read().decode("utf-8", "replace")
+    out = []
+    for line in chunk.splitlines()[-20:]:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path", required=True),
+            touch_lease=dict(type="bool", default=False),
+            abort=dict(type="str"),
+            done=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    run_dir = p["run_dir"]
+    control = os.path.join(run_dir, "control")
+    changed = False
+    if not module.check_mode:
+        if not os.path.isdir(control):
+            os.makedirs(control)
+        if p["touch_lease"]:
+            with open(os.path.join(control, "lease"), "w") as fh:
+                fh.write("%f\n" % time.time())
+        abort_path = os.path.join(control, "ABORT")
+        if p["abort"] and not os.path.exists(abort_path):
+            with open(abort_path, "w") as fh:
+                json.dump({"reason": p["abort"], "host": "controller", "time": time.time()}, fh)
+            changed = True
+        if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
+            with open(os.path.join(control, "DONE"), "w") as fh:
+                fh.write("%f\n" % time.time())
+            changed = True
+    nodes = {}
+    for path in glob.glob(os.path.join(run_dir, "nodes", "*.json")):
+        beat = _load(path)
+        if beat:
+            nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
+    ranks = {}
+    done = []
+    for path in glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl")):
+        rank = int(re.search(r"rank(\d+)\.jsonl$", path).group(1))
+        recs = _last_records(path)
+        steps = [r for r in recs if r.get("event") == "step"]
+        if steps:
+            ranks[str(rank)] = steps[-1]
+        elif recs:
+            ranks[str(rank)] = recs[-1]
+        if any(r.get("event") == "done" for r in recs):
+            done.append(rank)
+    module.exit_json(changed=changed, nodes=nodes, abort=_load(os.path.join(control, "ABORT")), ranks=ranks,
+                     done_ranks=sorted(done), now=time.time())
+
+
+if __name__ == "__main__":
+    main()

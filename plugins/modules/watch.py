@@ -1,0 +1,122 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: watch
+short_description: Watch a running job, print its progress, and stop it everywhere when anything fails
+version_added: "0.1.0"
+description:
+  - An action plugin that runs on the controller against the host that can read the run directory
+    (normally the coordinator). It polls M(multinode.deepspeed.run_status) every O(poll_interval) seconds,
+    prints a progress line (step/total, loss, tokens/s, samples/s, ETA and every node's heartbeat) every
+    O(progress_interval) seconds, and renews the controller's lease.
+  - When a rank exits non-zero, a node's heartbeat stops for O(heartbeat_timeout) seconds, the run
+    outlives O(timeout), or the controller is interrupted (Ctrl-C), it writes the abort record that makes
+    every node's agent kill the run's processes, and waits until every node reports it stopped.
+  - The task never fails by itself; it returns C(status) (C(success) or C(failed)) and the reason, so that
+    the play can collect the run's logs before it fails.
+options:
+  run_dir:
+    description: The run directory on the watched host.
+    type: path
+    required: true
+  nodes:
+    description: Every host that runs an agent for this run.
+    type: list
+    elements: str
+    required: true
+  launchers:
+    description: The hosts whose agent runs a DeepSpeed launcher (the others only watch their node).
+    type: list
+    elements: str
+    required: true
+  world_size:
+    description: Ranks expected to finish.
+    type: int
+  total_steps:
+    description: Steps of the run, for the progress line.
+    type: int
+  poll_interval:
+    description: Seconds between two looks at the run.
+    type: float
+    default: 2
+  progress_interval:
+    description: Seconds between two progress lines.
+    type: float
+    default: 10
+  heartbeat_timeout:
+    description: A node whose agent has not written its heartbeat for this long counts as lost.
+    type: float
+    default: 20
+  start_timeout:
+    description: Seconds for every agent to start.
+    type: float
+    default: 120
+  stop_timeout:
+    description: Seconds for every node to stop after an abort.
+    type: float
+    default: 60
+  timeout:
+    description: Abort the run after this many seconds (0 means no limit).
+    type: float
+    default: 0
+author:
+  - multinode.deepspeed developers (@multinode)
+attributes:
+  check_mode:
+    support: none
+    description: Not supported.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+"""
+
+EXAMPLES = r"""
+- name: Watch the run until it ends
+  multinode.deepspeed.watch:
+    run_dir: /shared/runs/20261122-130000-llama-tiny
+    nodes: [coord, worker1, worker2]
+    launchers: [coord]
+    world_size: 2
+    total_steps: 30
+  register: watched
+"""
+
+RETURN = r"""
+status:
+  description: C(success) or C(failed).
+  returned: always
+  type: str
+reason:
+  description: Why the run failed (null on success).
+  returned: always
+  type: str
+nodes:
+  description: The last heartbeat of every node's agent.
+  returned: always
+  type: dict
+abort:
+  description: The abort record (which node asked, and why), or null.
+  returned: always
+  type: dict
+ranks:
+  description: The last metrics record of every rank.
+  returned: always
+  type: dict
+done_ranks:
+  description: Ranks that finished.
+  returned: always
+  type: list
+  elements: int
+elapsed:
+  description: Seconds the watch lasted.
+  returned: always
+  type: float
+"""

@@ -1,0 +1,88 @@
+"""Bad inputs fail before anything starts on the nodes, naming what is wrong and the fix (issue 4 (e)).
+
+Every case runs train.yml against the provisioned local cluster and checks that the play stops with
+its message and that no run directory was created on the shared storage.
+"""
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventories" / "local" / "hosts.yml"
+
+
+def podman(*args, **kw):
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
+
+
+def inventory_with(tmp_path, host, line):
+    """The local inventory with one more host variable."""
+    text = INVENTORY.read_text()
+    marker = f"        {host}:\n"
+    assert marker in text
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(text.replace(marker, marker + f"          {line}\n"))
+    return inv
+
+
+CASES = [
+    # (id, extra vars, inventory change, expected message fragments)
+    ("unknown-model", ["model=gpt5"], None, ["invalid choice: 'gpt5'", "llama-tiny"]),
+    ("model-too-big", ["model=llama"], None, ["needs about", "-e model=llama-tiny"]),
+    ("steps-zero", ["steps=0"], None, ["steps=0", "whole number >= 1"]),
+    ("bad-port", ["master_port=99999"], None, ["master_port=99999", "1024-65535"]),
+    ("bad-backend", ["backend=mpi"], None, ["backend=mpi is not a launch backend", "-e backend=ssh-free"]),
+    ("missing-entrypoint", ["entrypoint=/shared/nope.py"], None,
+     ["entrypoint=/shared/nope.py does not exist", "Fix: put the script"]),
+    ("missing-data", ["args='--data /shared/no-such-corpus'"], None, ["does not exist on this node"]),
+    ("host-not-in-inventory", ["hosts=worker1,worker9"], None,
+     ["host worker9 is named in include/exclude", "candidate hosts"]),
+    ("zero-slots", [], ("worker2", "deepspeed_slots: 0"), ["host worker2: slots=0", "at least one slot"]),
+    ("text-slots", [], ("worker1", "deepspeed_slots: two"), ["host worker1: slots='two' is not a whole number"]),
+    ("coordinator-is-worker", [], None, ["coord is in both the coordinator and the workers group"]),
+    ("invalid-ds-json", ["ds_config=/shared/bad-ds.json"], None, ["is not valid JSON"]),
+    ("port-in-use", ["master_port=29611"], None,
+     ["master_port=29611 is already in use on worker1", "-e master_port=<a free port>"]),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_path, case):
+    name, extra, inv_change, expected = case
+    inventory = None
+    holder = None
+    if inv_change:
+        inventory = inventory_with(tmp_path, *inv_change)
+    if name == "coordinator-is-worker":
+        text = INVENTORY.read_text().replace("    workers:\n      hosts:\n",
+                                             "    workers:\n      hosts:\n        coord: {}\n")
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(text)
+    if name == "invalid-ds-json":
+        podman("exec", "mnds-coord", "sh", "-c", "printf '{\"zero_optimization\": {stage: 3}' > /shared/bad-ds.json")
+    if name == "port-in-use":
+        holder = subprocess.Popen(
+            ["podman", "exec", "mnds-worker1", "python3", "-c",
+             "import socket,time; s=socket.socket(); s.bind(('',29611)); s.listen(1); time.sleep(90)"],
+            env={"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"})
+        time.sleep(2)
+    run_id = f"e2e-bad-{name}-{int(time.time())}"
+    args = []
+    for e in extra + [f"run_id={run_id}"]:
+        args += ["-e", e]
+    try:
+        res = run_playbook("train.yml", *args, inventory=inventory, name=f"bad-{name}")
+    finally:
+        if holder:
+            holder.kill()
+            podman("exec", "mnds-worker1", "pkill", "-f", "s.bind\\(\\(''.29611")
+    assert res.rc != 0, res.tail()
+    flat = " ".join(res.out.split())
+    for fragment in expected:
+        assert fragment in flat, f"{fragment!r} not in the output:\n{res.tail(30)}"
+    assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+    assert "Start the run's agent" not in res.out
