@@ -159,20 +159,36 @@ def main(argv=None) -> int:
     blocks = data_mod.make_blocks(docs, tokenizer, args.seq_len)
 
     n_params = sum(p.numel() for p in model.parameters())
+    memory_gib, bf16 = args.device_memory_gib, args.bf16
+    if not on_cpu and torch.cuda.is_available():
+        # What the device really has, unless the user said otherwise.
+        if memory_gib is None:
+            memory_gib = torch.cuda.get_device_properties(local_rank).total_memory / dsc.GIB
+        bf16 = bf16 or torch.cuda.is_bf16_supported()
     config = dsc.generate(n_params, world, accelerator="cpu" if on_cpu else "gpu",
-                          device_memory_gib=args.device_memory_gib, bf16_capable=args.bf16,
+                          device_memory_gib=memory_gib, bf16_capable=bf16,
                           micro_batch=args.micro_batch, run_dir=args.run_dir)
     if args.ds_config:
         config = dsc.merge(config, dsc.load_override(args.ds_config))
+
+    if "activation_checkpointing" in config and hasattr(model, "gradient_checkpointing_enable"):
+        model.gradient_checkpointing_enable()
+    warmup = max(1, args.warmup)
+    if "offload_optimizer" in config.get("zero_optimization", {}) or "optimizer" in config:
+        # ZeRO-Offload wants DeepSpeed's own CPU optimizer: describe it in the config.
+        config.setdefault("optimizer", {"type": "AdamW", "params": {
+            "lr": args.lr, "betas": [0.9, 0.95], "weight_decay": 0.01}})
+        config.setdefault("scheduler", {"type": "WarmupLR", "params": {
+            "warmup_min_lr": 0, "warmup_max_lr": args.lr, "warmup_num_steps": warmup}})
+        engine = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)[0]
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+        engine = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                      config=config)[0]
     if rank == 0:
         with open(Path(args.run_dir) / "ds_config.json", "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2, sort_keys=True)
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-    warmup = max(1, args.warmup)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
-    engine = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                  config=config)[0]
     ckpt_dir = args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
     start_step = 0
     if args.resume:
@@ -204,7 +220,7 @@ def main(argv=None) -> int:
         dt = time.time() - t0
         rec = {
             "event": "step", "step": step + 1, "total_steps": args.steps, "loss": loss_val,
-            "loss_local": out.loss.item(), "lr": scheduler.get_last_lr()[0], "step_time": dt,
+            "loss_local": out.loss.item(), "lr": engine.get_lr()[0], "step_time": dt,
             "samples_per_sec": args.micro_batch * world / dt, "tokens_per_sec": tokens_per_step / dt,
             "rank": rank, "local_rank": local_rank, "world_size": world, "host": host, "time": time.time(),
         }

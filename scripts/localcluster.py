@@ -274,6 +274,9 @@ def write_inventory(hosts: dict, key: Path) -> None:
             if h["group"] == group:
                 lines.append(f"        {node}:")
                 lines.append(f"          ansible_host: {h['addr']}")
+        if group == "workers":
+            # CPU nodes have no GPUs to count: one rank each, said explicitly.
+            lines += ["      vars:", "        deepspeed_slots: 1"]
     (INVENTORY_DIR / "hosts.yml").write_text("\n".join(lines) + "\n")
 
 

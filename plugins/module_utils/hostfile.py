@@ -34,6 +34,27 @@ def _as_slots(host, value):
     return slots
 
 
+def slots_from_vars(hosts, vars_of):
+    """Ranks per host: ``deepspeed_slots`` where set, else ``deepspeed_gpu_count`` when above 0.
+
+    ``vars_of(host)`` returns the host's variables.  Hosts with neither are left out (a CPU node
+    is never a rank unless the inventory says so); the values are validated by ``build``.
+    """
+    out = {}
+    for host in hosts:
+        hv = vars_of(host)
+        if "deepspeed_slots" in hv and hv["deepspeed_slots"] is not None:
+            out[host] = hv["deepspeed_slots"]
+            continue
+        try:
+            gpus = int(hv.get("deepspeed_gpu_count", 0) or 0)
+        except (TypeError, ValueError):
+            gpus = 0
+        if gpus > 0:
+            out[host] = gpus
+    return out
+
+
 def with_slots(names, slots, default_slots=None, variable="deepspeed_slots"):
     """``[{'name', 'slots'}]`` for ``names`` from a name -> slots mapping."""
     out = []

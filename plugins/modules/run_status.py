@@ -89,6 +89,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import read_jsonl
 
 
 def _load(path):
@@ -106,13 +107,7 @@ def _last_records(path, size=8192):
         end = fh.tell()
         fh.seek(max(0, end - size))
         chunk = fh.read().decode("utf-8", "replace")
-    out = []
-    for line in chunk.splitlines()[-20:]:
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue
-    return out
+    return read_jsonl("\n".join(chunk.splitlines()[-20:]))
 
 
 def main():

@@ -77,9 +77,11 @@ def test_train_two_workers(provisioned, run_playbook):
         steps = [r for r in recs if r["event"] == "step"]
         assert len(steps) == 30 and {r["host"] for r in steps} == {host}
         assert all(r["world_size"] == 2 for r in steps)
-    log = (run / "launcher.log").read_text()
+    log = (run / "nodes" / "coord.launcher.log").read_text()
     assert "Unable to find hostfile" not in log
-    assert "coord:" not in log  # pdsh prefixes every remote line with its host: none from the coordinator
+    # pdsh prefixes every remote line with its host: ranks ran on both workers, none on the coordinator.
+    assert re.search(r"(?m)^worker1: ", log) and re.search(r"(?m)^worker2: ", log)
+    assert not re.search(r"(?m)^coord: ", log)
     # Nothing of the run is left on any node, and no rank ran on the coordinator.
     for node in ("coord", "worker1", "worker2"):
         ps = podman_exec(node, "pgrep", "-af", "multinode_ds.train").stdout

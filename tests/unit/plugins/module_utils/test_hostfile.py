@@ -73,3 +73,18 @@ def test_deepspeed_reads_our_hostfile(tmp_path):
     path.write_text(out["text"])
     pool = runner.fetch_hostfile(str(path))
     assert list(pool.items()) == [("worker1", 2), ("worker2", 1)]
+
+
+def test_slots_from_vars_prefers_the_inventory_then_gpus_and_leaves_cpu_nodes_out():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile import slots_from_vars
+    hv = {
+        "gpu8": {"deepspeed_gpu_count": "8"},
+        "pinned": {"deepspeed_gpu_count": 8, "deepspeed_slots": 4},
+        "cpu": {"deepspeed_gpu_count": 0},
+        "cpu-explicit": {"deepspeed_gpu_count": 0, "deepspeed_slots": 1},
+        "zero": {"deepspeed_slots": 0},
+        "no-facts": {},
+    }
+    out = slots_from_vars(list(hv), hv.__getitem__)
+    assert out == {"gpu8": 8, "pinned": 4, "cpu-explicit": 1, "zero": 0}
+    assert list(out) == ["gpu8", "pinned", "cpu-explicit", "zero"]
