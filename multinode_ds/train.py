@@ -124,6 +124,22 @@ def load_model_and_tokenizer(spec, args):
     return model, tokenizer
 
 
+def process_start_time() -> float:
+    """When this process started (epoch seconds), from /proc; now where /proc is missing.
+
+    Startup is measured from here, so it includes the imports and any op that
+    DeepSpeed would JIT-compile at the first run.
+    """
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as fh:
+            btime = next(int(line.split()[1]) for line in fh if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.dry_run:
@@ -200,7 +216,8 @@ def main(argv=None) -> int:
 
     metrics = MetricsWriter(args.run_dir, rank)
     metrics.write({"event": "start", "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
-                   "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time()})
+                   "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time(),
+                   "process_start": process_start_time()})
     if rank == 0:
         print(f"multinode_ds: training {spec.name} ({n_params / 1e6:.2f}M params) on {world} ranks, "
               f"steps {start_step}..{args.steps}", flush=True)

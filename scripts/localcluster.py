@@ -40,6 +40,8 @@ SUITE = "bookworm"
 IMAGE_PACKAGES = [
     "openssh-server", "openssh-client", "python3", "python3-venv", "python3-dev", "g++", "python3-apt", "python3-packaging",
     "pdsh", "rsync", "sudo", "procps", "iproute2", "ca-certificates", "netbase", "less",
+    # The nfs role's packages (server and client), so its tests need no apt mirror.
+    "nfs-kernel-server", "nfs-common",
 ]
 CONTAINERS_CONF = """\
 # Written by scripts/localcluster.py; used through CONTAINERS_CONF only.
@@ -55,7 +57,7 @@ events_logger = "file"
 
 
 def log(msg: str) -> None:
-    print(f"[localcluster] {msg}", flush=True)
+    print(f"[localcluster] {msg}", file=sys.stderr, flush=True)
 
 
 def podman_env() -> dict:
@@ -102,7 +104,7 @@ def debian_mirror() -> str:
 
 
 def image_name() -> str:
-    digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES)).encode()).hexdigest()[:10]
+    digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES) + START_SCRIPT).encode()).hexdigest()[:10]
     return f"localhost/{PREFIX}-node:{SUITE}-{digest}"
 
 
@@ -128,6 +130,9 @@ def ensure_image() -> str:
             for key in (rootfs / "etc" / "ssh").glob("ssh_host_*"):
                 key.unlink()
             shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
+            start = rootfs / START_SCRIPT_PATH.lstrip("/")
+            start.write_text(START_SCRIPT)
+            start.chmod(0o755)
             (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
             subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball) + ".part", "."], check=True)
             os.replace(str(tarball) + ".part", tarball)
@@ -163,10 +168,14 @@ def container(node: str) -> str:
     return f"{PREFIX}-{node}"
 
 
-ENTRYPOINT = (
-    "mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh && ssh-keygen -A >/dev/null && "
-    "exec /usr/sbin/sshd -D -e"
-)
+# Baked into the image as START_SCRIPT, so molecule scenarios (whose command is
+# one plain string) start nodes the same way.
+START_SCRIPT_PATH = "/usr/local/sbin/mnds-node-start"
+START_SCRIPT = """#!/bin/sh
+# Start a node: its own host keys at first start, then sshd in the foreground.
+mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh && ssh-keygen -A >/dev/null
+exec /usr/sbin/sshd -D -e
+"""
 
 
 def ensure_key() -> Path:
@@ -220,7 +229,7 @@ def up(workers: int) -> None:
         podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK,
                "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
                "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "--shm-size", "1g",
-               image, "/bin/sh", "-c", ENTRYPOINT)
+               image, START_SCRIPT_PATH)
         log(f"started {name}")
     hosts = {}
     known = []
@@ -320,7 +329,8 @@ def main(argv=None) -> int:
     elif args.cmd == "down":
         down()
     elif args.cmd == "image":
-        ensure_image()
+        # The image's name on stdout (logs go to stderr): molecule scenarios use it.
+        print(ensure_image())
     else:
         return status()
     return 0

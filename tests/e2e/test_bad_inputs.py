@@ -86,3 +86,52 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
         assert fragment in flat, f"{fragment!r} not in the output:\n{res.tail(30)}"
     assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
     assert "Start the run's agent" not in res.out
+
+
+FIXTURES = ROOT / "tests" / "fixtures"
+SITE_CASES = [
+    # (id, extra vars, inventory change, expected message fragments) for site.yml (issue 3)
+    ("unknown-nccl-profile", [], ("worker2", "nccl_profile: rdma"),
+     ["host worker2: nccl_profile=rdma is not a profile", "Fix: set nccl_profile for worker2"]),
+    ("nfs-server-not-in-inventory", ["shared_dir_provider=nfs", "nfs_server_host=nfs9"], None,
+     ["nfs_server_host=nfs9 is not a host of this inventory", "Fix: set nfs_server_host"]),
+    ("torch-pin-driver-too-old", ["stack_torch_version=2.13.0"], ("worker2", "deepspeed_accelerator: cuda"),
+     ["worker2: stack_torch_version 2.13.0 needs driver >= 560.28.03", "535.183.01",
+      "Fix: upgrade the NVIDIA driver on worker2"]),
+]
+
+
+def fake_gpu(node, fixture):
+    """A fake nvidia-smi on the node that prints captured output (tests/fixtures/nvidia-smi/<fixture>)."""
+    name = f"mnds-{node}"
+    podman("exec", name, "mkdir", "-p", "/opt/mnds-fixtures", "/etc/multinode-deepspeed-test")
+    assert podman("cp", str(FIXTURES / "nvidia-smi" / fixture), f"{name}:/opt/mnds-fixtures/nvidia-smi").returncode == 0
+    assert podman("cp", str(FIXTURES / "bin" / "nvidia-smi"), f"{name}:/usr/local/bin/nvidia-smi").returncode == 0
+    podman("exec", name, "sh", "-c", "echo /opt/mnds-fixtures/nvidia-smi > /etc/multinode-deepspeed-test/nvidia-smi-fixture")
+
+
+def remove_fake_gpu(node):
+    podman("exec", f"mnds-{node}", "rm", "-rf", "/usr/local/bin/nvidia-smi", "/opt/mnds-fixtures",
+           "/etc/multinode-deepspeed-test")
+
+
+@pytest.mark.parametrize("case", SITE_CASES, ids=[c[0] for c in SITE_CASES])
+def test_bad_inventory_value_fails_site_before_the_nodes_change(provisioned, run_playbook, tmp_path, case):
+    name, extra, inv_change, expected = case
+    inventory = inventory_with(tmp_path, *inv_change) if inv_change else None
+    if name == "torch-pin-driver-too-old":
+        fake_gpu("worker2", "a30-2")
+    args = []
+    for e in extra:
+        args += ["-e", e]
+    try:
+        res = run_playbook("site.yml", *args, inventory=inventory, name=f"bad-site-{name}")
+    finally:
+        remove_fake_gpu("worker2")
+    assert res.rc != 0, res.tail()
+    flat = " ".join(res.out.split())
+    for fragment in expected:
+        assert fragment in flat, f"{fragment!r} not in the output:\n{res.tail(30)}"
+    # It stopped before the play that changes the nodes, and nothing changed.
+    assert "PLAY [Provision every node]" not in res.out
+    assert all(r["changed"] == 0 for r in res.recap().values()), res.recap()

@@ -1,5 +1,6 @@
 """Static quality gates: ansible-lint (production), ansible-test sanity, and the built collection."""
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,8 @@ def test_modules_have_docs():
 def test_built_tarball_installs_and_its_playbooks_resolve(tmp_path):
     res = run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)])
     assert res.returncode == 0, res.stderr
-    tarball = tmp_path / "multinode-deepspeed-0.1.0.tar.gz"
+    version = re.search(r"(?m)^version: (\S+)$", (ROOT / "galaxy.yml").read_text()).group(1)
+    tarball = tmp_path / f"multinode-deepspeed-{version}.tar.gz"
     assert tarball.exists()
     listing = run(["tar", "-tzf", str(tarball)]).stdout.split()
     assert "roles/stack/tasks/main.yml" in listing and "multinode_ds/train.py" in listing

@@ -1,0 +1,157 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: accelerator_facts
+short_description: Gather the node's NVIDIA GPUs, driver and CUDA version as facts
+version_added: "0.2.0"
+description:
+  - Runs C(nvidia-smi --query-gpu=index,uuid,name,memory.total,compute_cap,driver_version,pci.bus_id
+    --format=csv,noheader,nounits) and plain C(nvidia-smi), and returns the GPUs, the driver version and
+    the highest CUDA version the driver supports as the C(multinode_accelerators) fact.
+  - Never fails because of the node's GPUs. A node without C(nvidia-smi) (a CPU node) gets status C(absent),
+    a driver that sees no GPU gets C(no_devices), and C(nvidia-smi) failing (for example rc 9 when it
+    cannot talk to the driver) gets C(driver_error) with the tool's own first line and a fix.
+  - The parsing lives in the collection's C(accelerator) module_utils and is unit-tested against
+    captured C(nvidia-smi) output.
+options:
+  nvidia_smi:
+    description:
+      - The C(nvidia-smi) executable, as a name looked up in E(PATH) (and the sbin directories) or as an
+        absolute path.
+    type: str
+    default: nvidia-smi
+author:
+  - multinode.deepspeed developers (@multinode)
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+  facts:
+    support: full
+    description: Returns the C(multinode_accelerators) fact.
+"""
+
+EXAMPLES = r"""
+- name: Gather the GPUs of every node
+  multinode.deepspeed.accelerator_facts:
+
+- name: Ranks per node from the GPU count (CPU nodes get none)
+  ansible.builtin.set_fact:
+    deepspeed_gpu_count: "{{ multinode_accelerators.count }}"
+
+- name: Stop on a broken driver, naming the fix
+  ansible.builtin.assert:
+    that: multinode_accelerators.status != 'driver_error'
+    fail_msg: "{{ multinode_accelerators.message }}"
+
+- name: With nvidia-smi outside PATH
+  multinode.deepspeed.accelerator_facts:
+    nvidia_smi: /usr/local/nvidia/bin/nvidia-smi
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The facts.
+  returned: always
+  type: complex
+  contains:
+    multinode_accelerators:
+      description: The node's NVIDIA accelerators.
+      returned: always
+      type: complex
+      contains:
+        status:
+          description:
+            - V(ok) (GPUs found), V(absent) (no nvidia-smi, a CPU node), V(no_devices) (the driver sees no GPU)
+              or V(driver_error) (nvidia-smi failed).
+          type: str
+          returned: always
+          sample: ok
+        message:
+          description: One line for humans; for V(driver_error), the tool's first line and a fix.
+          type: str
+          returned: always
+        count:
+          description: Number of GPUs.
+          type: int
+          returned: always
+          sample: 8
+        driver_version:
+          description: The NVIDIA driver version, or null.
+          type: str
+          returned: always
+          sample: "550.90.07"
+        cuda_driver_version:
+          description: The highest CUDA version the driver supports (the banner's CUDA Version), or null.
+          type: str
+          returned: always
+          sample: "12.4"
+        gpus:
+          description:
+            - One dict per GPU with C(index) (int), C(uuid), C(name), C(memory_mib) (int),
+              C(compute_capability) (such as V(9.0)), C(driver_version) and C(pci_bus_id); fields that
+              nvidia-smi reports as C([N/A]) are null.
+          type: list
+          elements: dict
+          returned: always
+        names:
+          description: The distinct GPU names, sorted.
+          type: list
+          elements: str
+          returned: always
+          sample: ["NVIDIA H100 80GB HBM3"]
+        memory_mib_min:
+          description: The smallest GPU memory in MiB, or null without GPUs.
+          type: int
+          returned: always
+          sample: 81559
+        compute_capability_min:
+          description: The lowest compute capability, or null without GPUs.
+          type: str
+          returned: always
+          sample: "9.0"
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.file import is_executable
+from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import QUERY_ARGS, accelerator_facts
+
+
+def find_binary(module, name):
+    if os.path.sep in name:
+        return name if os.path.isfile(name) and is_executable(name) else None
+    return module.get_bin_path(name, required=False)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nvidia_smi=dict(type="str", default="nvidia-smi"),
+        ),
+        supports_check_mode=True,
+    )
+    binary = find_binary(module, module.params["nvidia_smi"])
+    if binary is None:
+        facts = accelerator_facts(False)
+    else:
+        query_rc, query_out, query_err = module.run_command([binary] + QUERY_ARGS)
+        banner_rc, banner_out, banner_err = module.run_command([binary])
+        facts = accelerator_facts(True, query_rc, query_out, query_err, banner_rc, banner_out, banner_err)
+    module.exit_json(changed=False, ansible_facts={"multinode_accelerators": facts})
+
+
+if __name__ == "__main__":
+    main()
