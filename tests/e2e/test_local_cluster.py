@@ -144,38 +144,3 @@ def test_installed_collection_trains(provisioned, run_playbook, tmp_path):
 
 def provisioned_inventory():
     return ROOT / "inventories" / "local" / "hosts.yml"
-
-
-def startup_seconds(run):
-    """Seconds from the rank processes' start to their first finished step (the slowest rank)."""
-    worst = 0.0
-    for path in (run / "metrics").glob("rank*.jsonl"):
-        recs = [json.loads(x) for x in path.read_text().splitlines()]
-        start = next(r for r in recs if r["event"] == "start")
-        first = next(r for r in recs if r["event"] == "step")
-        worst = max(worst, first["time"] - start["process_start"])
-    return worst
-
-
-def test_first_run_after_provisioning_is_as_fast_as_the_second(provisioned, run_playbook):
-    """Provisioning builds DeepSpeed's ops, so the first run does not JIT-compile them (issue 3, item 3)."""
-    for node in ("worker1", "worker2"):
-        podman_exec(node, "rm", "-rf", "/opt/multinode-deepspeed/torch_extensions")
-    res = run_playbook("site.yml", name="site-rebuild-ops")
-    assert res.rc == 0, res.tail()
-    ops = res.out[res.out.index("Build DeepSpeed's ops"):]
-    ops = ops[:ops.index("TASK [")]
-    assert "changed: [worker1]" in ops and "changed: [worker2]" in ops, ops
-    times = []
-    for i in (1, 2):
-        run_id = f"e2e-startup{i}-{int(time.time())}"
-        res = run_playbook("train.yml", "-e", "steps=5", "-e", f"run_id={run_id}", name=f"train-startup{i}")
-        assert res.rc == 0, res.tail()
-        times.append(startup_seconds(ROOT / "runs" / run_id))
-    first, second = times
-    report = {"first_run_startup_s": round(first, 2), "second_run_startup_s": round(second, 2),
-              "ratio": round(first / second, 3)}
-    (ROOT / "tests" / "output").mkdir(parents=True, exist_ok=True)
-    (ROOT / "tests" / "output" / "first-vs-second-run.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"first run after site.yml: {first:.1f}s to the first step; second run: {second:.1f}s")
-    assert first <= 1.2 * second, report
