@@ -515,7 +515,10 @@ def _select(nodes, pins, matrix):
     for f in gpus:
         if cuda_pin and _cmp(parse_version(cuda_pin), parse_version(f["max_cuda"])) > 0:
             build = build_name(cuda_pin)
-            lower = _fitting_build(_all_builds(matrix), f["max_cuda"])
+            # A build the pinned torch has, when torch is pinned too.
+            candidates = (_allowed_builds(matrix["torch"][torch_release], None) if torch_release
+                          else _all_builds(matrix))
+            lower = _fitting_build(candidates, f["max_cuda"])
             problems.append(
                 "%s: %s %s needs driver >= %s (%s); %s has driver %s (max CUDA %s). Fix: upgrade the "
                 "NVIDIA driver on %s to >= %s, or %s, or unset it."

@@ -26,7 +26,7 @@ def test_server_exports_to_the_workers_only(host):
         return
     assert host.package("nfs-kernel-server").is_installed
     export = host.file("/srv/multinode-deepspeed")
-    assert export.is_directory and export.mode == 0o755
+    assert export.is_directory and export.mode == 0o755 and export.user == "deepspeed"
     lines = [line for line in host.file(EXPORTS).content_string.splitlines() if line and not line.startswith("#")]
     assert len(lines) == 1
     path, *clients = lines[0].split()
@@ -56,7 +56,8 @@ def test_unsafe_settings_are_refused_before_any_change(host):
     playbook = Path(__file__).resolve().parents[1] / "bad.yml"
     for extra, words in (({"nfs_export_clients": ["*"]}, "never '*'"),
                          ({"nfs_export_options": ["rw", "sync", "no_root_squash"]}, "no_root_squash"),
-                         ({"nfs_server_host": "nfs9"}, "nfs_server_host=nfs9 is not in the inventory")):
+                         ({"nfs_server_host": "nfs9"}, "nfs_server_host=nfs9 is not in the inventory"),
+                         ({"ssh_mesh_user": "root"}, "nfs_export_owner=root")):
         proc = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(playbook), "-e", json.dumps(extra)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         assert proc.returncode != 0, proc.stdout
