@@ -300,41 +300,31 @@ def _torch_pin(pin, matrix):
             fix = "set %s to %s" % (VAR_TORCH, version)
         return None, None, ("all nodes: %s %s carries a build tag; the build is chosen per node. Fix: %s."
                             % (VAR_TORCH, text, fix))
-    known = ", ".join(_newest(matrix["torch"][r]["versions"]) for r in _releases(matrix["torch"]))
+    return _pinned_release(matrix, "torch", text, VAR_TORCH)
+
+
+def _pinned_release(matrix, table, text, variable):
+    """(release, version, problem) of a pin like 2.13 (its newest version) or 2.13.0 in matrix[table]."""
     try:
         v = parse_version(text)
     except ValueError:
         v = None
-    for release in matrix["torch"]:
-        versions = matrix["torch"][release]["versions"]
+    for release in matrix[table]:
+        versions = matrix[table][release]["versions"]
         if v is not None and len(v) == 2 and v == parse_version(release):
             return release, _newest(versions), None
         if v is not None and len(v) == 3:
             same = [x for x in versions if _cmp(v, parse_version(x)) == 0]
             if same:
                 return release, same[0], None
+    known = ", ".join(_newest(matrix[table][r]["versions"]) for r in _releases(matrix[table]))
     return None, None, ("all nodes: %s %s is not in the matrix (known: %s). Fix: set %s to one of them, "
-                        "or add it to the matrix with %s." % (VAR_TORCH, text, known, VAR_TORCH, VAR_EXTRA))
+                        "or add it to the matrix with %s." % (variable, text, known, variable, VAR_EXTRA))
 
 
 def _deepspeed_pin(pin, matrix):
-    text = str(pin).strip()
-    try:
-        v = parse_version(text)
-    except ValueError:
-        v = None
-    for release in matrix["deepspeed"]:
-        versions = matrix["deepspeed"][release]["versions"]
-        if v is not None and len(v) == 2 and v == parse_version(release):
-            return release, _newest(versions), None
-        if v is not None and len(v) == 3:
-            same = [x for x in versions if _cmp(v, parse_version(x)) == 0]
-            if same:
-                return release, same[0], None
-    known = ", ".join(_newest(matrix["deepspeed"][r]["versions"]) for r in _releases(matrix["deepspeed"]))
-    return None, None, ("all nodes: %s %s is not in the matrix (known: %s). Fix: set %s to one of them, "
-                        "or add it to the matrix with %s."
-                        % (VAR_DEEPSPEED, text, known, VAR_DEEPSPEED, VAR_EXTRA))
+    """(release, version, problem)."""
+    return _pinned_release(matrix, "deepspeed", str(pin).strip(), VAR_DEEPSPEED)
 
 
 def _cuda_pin(pin, matrix, torch_release):
