@@ -31,11 +31,25 @@ def test_ansible_test_sanity():
 
 
 def test_modules_have_docs():
-    for module in ("hostfile", "run_summary"):
+    modules = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if p.stem != "__init__")
+    assert {"hostfile", "run_summary", "accelerator_facts", "fabric_facts"} <= set(modules)
+    for module in modules:
         res = run([str(BIN / "ansible-doc"), "-t", "module", f"multinode.deepspeed.{module}"],
                   env={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
         assert res.returncode == 0, res.stderr
-        assert "EXAMPLES:" in res.stdout and "RETURN VALUES:" in res.stdout
+        assert "EXAMPLES:" in res.stdout and "RETURN VALUES:" in res.stdout, module
+
+
+def test_filters_and_roles_have_docs():
+    filters = sorted(p.stem for p in (ROOT / "plugins" / "filter").glob("*.py") if p.stem != "__init__")
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "argument_specs.yml").exists())
+    assert {"select_stack", "nccl_profile", "nccl_job"} <= set(filters)
+    assert roles == sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").exists())
+    for kind, names in (("filter", filters), ("role", roles)):
+        for name in names:
+            res = run([str(BIN / "ansible-doc"), "-t", kind, f"multinode.deepspeed.{name}"],
+                      env={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+            assert res.returncode == 0 and f"multinode.deepspeed.{name}" in res.stdout, (kind, name, res.stderr)
 
 
 def test_built_tarball_installs_and_its_playbooks_resolve(tmp_path):
