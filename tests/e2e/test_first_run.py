@@ -50,4 +50,7 @@ def test_first_run_after_provisioning_is_as_fast_as_the_second(provisioned, run_
     (ROOT / "tests" / "output").mkdir(parents=True, exist_ok=True)
     (ROOT / "tests" / "output" / "first-vs-second-run.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"first run after site.yml: {first:.1f}s to the first step; second run: {second:.1f}s")
-    assert first <= 1.2 * second, report
+    # The cost being guarded against is a JIT build: 140 s for the shm op on this machine. The first
+    # run also reads torch/DeepSpeed from a cold page cache (1-2 s here, 10.4 s vs 8.3 s in one CI
+    # run), so the bound allows that much noise while any compile still fails it by far.
+    assert first - second <= max(0.5 * second, 5.0), report
