@@ -172,9 +172,13 @@ def container(node: str) -> str:
 # one plain string) start nodes the same way.
 START_SCRIPT_PATH = "/usr/local/sbin/mnds-node-start"
 START_SCRIPT = """#!/bin/sh
-# Start a node: its own host keys at first start, then sshd in the foreground.
+# Start a node: its own host keys at first start, then sshd as a service (it can be stopped
+# and started again, as on a real machine) and a foreground wait that keeps the node up.
 mkdir -p /run/sshd /root/.ssh && chmod 700 /root/.ssh && ssh-keygen -A >/dev/null
-exec /usr/sbin/sshd -D -e
+/usr/sbin/sshd -E /var/log/sshd.log
+trap 'kill $(cat /run/sshd.pid) 2>/dev/null; exit 0' TERM INT
+sleep infinity &
+wait
 """
 
 

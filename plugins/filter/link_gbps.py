@@ -40,11 +40,15 @@ _value:
   type: float
 """
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import node_link_gbps
 
 
 def link_gbps(fabric, node):
-    return node_link_gbps(fabric or {}, node or {})
+    try:
+        return node_link_gbps(fabric or {}, node or {})
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("link_gbps: the input must be multinode_fabric facts and an nccl_profile result: %s" % exc)
 
 
 class FilterModule(object):

@@ -140,7 +140,10 @@ def node_link_gbps(fabric, node):
                     total += rate
         return total or None
     ifname = (node.get("env") or {}).get("NCCL_SOCKET_IFNAME", "") or fabric.get("cluster_interface") or ""
-    ifname = ifname.lstrip("=^")
+    if ifname.startswith("^") or "," in ifname:
+        # An exclusion (^docker0) or a list: NCCL picks among several interfaces; take the cluster's.
+        ifname = fabric.get("cluster_interface") or ""
+    ifname = ifname.lstrip("=")
     for iface in fabric.get("interfaces") or []:
         if iface.get("name") == ifname:
             speed = iface.get("speed_mbps")
@@ -180,6 +183,9 @@ def judge_bandwidth(test, nodes, profile, backend, link_gbps, fractions=None):
     out["rows"] = rows
     busbw = large_message_busbw(rows)
     out["busbw_gbps"] = busbw
+    if busbw is None:
+        out.update(status=FAIL, reason="the all-reduce test wrote no results (preflight_max_bytes below 4 KiB?)")
+        return out
     if nodes < 2:
         out.update(status=PASS, reason="one rank node: the test does not cross the network; no threshold")
         return out
@@ -248,10 +254,10 @@ def version_verdicts(versions, workers, coordinators):
     a string: why they could not be read.
     """
     out = []
-    ref_host = workers[0] if workers else None
+    # The reference: the first rank node whose versions could be read.
+    readable = [w for w in workers if isinstance(versions.get(w), dict) and not versions[w].get("error")]
+    ref_host = readable[0] if readable else None
     ref = versions.get(ref_host) if ref_host else None
-    if isinstance(ref, dict) and ref.get("error"):
-        ref = None
     for host in list(workers) + [c for c in coordinators if c not in workers]:
         mine = versions.get(host)
         if not isinstance(mine, dict) or mine.get("error"):
@@ -380,6 +386,9 @@ def name_verdicts(resolved, expected, own_addresses):
         for name in sorted(expected):
             res = resolved[src].get(name)
             want = expected[name]
+            if want is None:
+                notes.append("%s: the address the cluster uses for it is unknown, not compared" % name)
+                continue
             if res is None:
                 problems.append(("%s: not looked up" % name, None))
                 continue
@@ -472,7 +481,9 @@ def disk_verdicts(probes, paths, minimums):
 
 
 def memlock_text(kib):
-    return "unlimited" if kib is None or int(kib) == UNLIMITED else "%d KiB" % int(kib)
+    if kib is None:
+        return "unknown"
+    return "unlimited" if int(kib) == UNLIMITED else "%d KiB" % int(kib)
 
 
 def memlock_verdicts(limits, profile, minimum_kib=None):
@@ -674,8 +685,8 @@ def evaluate(data, settings=None):
         why = "the master port is not free" if port and port["listener"]["rc"] != 0 else "no result"
         verdicts.append(verdict("bandwidth", ",".join(ranks), SKIP, "not run: %s" % why))
     if bw.get("fallback"):
-        tcp_link = cfg.get("link_gbps") or job_link_gbps(dict((h, (data.get("tcp_link_gbps") or {}).get(h))
-                                                             for h in ranks))
+        # The tcp retest is judged against the Ethernet side's speed (preflight_link_gbps is the job profile's link).
+        tcp_link = job_link_gbps(dict((h, (data.get("tcp_link_gbps") or {}).get(h)) for h in ranks))
         fallback = judge_bandwidth(bw["fallback"], nnodes, "tcp", bw_backend, tcp_link, fractions)
         advice = fallback_advice(profile, primary, fallback, ranks)
         if advice:

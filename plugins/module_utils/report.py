@@ -83,6 +83,16 @@ def markdown(summary, plots):
         if isinstance(value, float):
             value = "%.4g" % value
         lines.append("| %s | %s |" % (key, value))
+    pre = summary.get("preflight")
+    if pre:
+        bw = pre.get("bandwidth") or {}
+        text = "Preflight: %s" % pre.get("status")
+        if bw.get("busbw_gbps") is not None:
+            text += "; all-reduce bus bandwidth %.3f GB/s (%s)" % (bw["busbw_gbps"], bw.get("label"))
+            if bw.get("threshold_gbps"):
+                text += ", threshold %.3f GB/s of a %g Gb/s link" % (bw["threshold_gbps"], bw.get("link_gbps") or 0)
+        lines += ["", text + " (preflight.txt)."]
+        lines += ["- warning: %s" % w for w in pre.get("warnings") or []]
     lines += ["", "Ranks per host: " + ", ".join(
         "%s: %s" % (h, r) for h, r in sorted((summary.get("hosts") or {}).items()))]
     versions = summary.get("versions") or {}

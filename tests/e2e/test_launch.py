@@ -61,9 +61,13 @@ def test_users_own_deepspeed_script_runs_unmodified(provisioned, run_playbook, b
     assert res.returncode == 0, res.stderr
     run_id = f"e2e-user-{backend}-{int(time.time())}"
     out = f"/shared/user/out-{run_id}"
+    # preflight=false: the launch without preflight (the tests of the bundled trainer run it).
     res = run_playbook("train.yml", "-e", f"backend={backend}", "-e", "entrypoint=/shared/user/train_mlp.py",
-                       "-e", f"args='--steps 6 --out {out}'", "-e", f"run_id={run_id}", name=f"user-{backend}")
+                       "-e", f"args='--steps 6 --out {out}'", "-e", f"run_id={run_id}", "-e", "preflight=false",
+                       name=f"user-{backend}")
     assert res.rc == 0, res.tail()
+    assert not (ROOT / "runs" / run_id / "preflight.json").exists()
+    assert not (ROOT / "runs" / run_id / "preflight").exists()
     summary = load_summary(run_id)
     assert summary["status"] == "success", summary["problems"]
     assert summary["entrypoint"] == "/shared/user/train_mlp.py" and summary["exit_status"] == 0
@@ -117,7 +121,7 @@ def test_killed_rank_fails_fast_cleans_up_and_resume_continues(provisioned, run_
 
     resumed_id = f"{run_id}-resumed"
     res = run_playbook("train.yml", "-e", f"steps={saved + 5}", "-e", "resume=true", "-e", f"run_id={resumed_id}",
-                       name="resumed")
+                       "-e", "preflight=false", name="resumed")
     assert res.rc == 0, res.tail()
     recs = [json.loads(x) for x in (ROOT / "runs" / resumed_id / "metrics" / "rank0.jsonl").read_text().splitlines()]
     start = [r for r in recs if r["event"] == "start"][0]
@@ -138,7 +142,7 @@ def test_ctrl_c_on_the_controller_stops_the_run_on_every_node(provisioned):
     log = ROOT / "tests" / "output" / f"ctrl-c-{int(time.time())}.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", "-e", "steps=100000",
-                                 "-e", f"run_id={run_id}"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                 "-e", f"run_id={run_id}", "-e", "preflight=false"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         deadline = time.time() + 300
         while time.time() < deadline:

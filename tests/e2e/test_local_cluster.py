@@ -87,6 +87,11 @@ def test_train_two_workers(provisioned, run_playbook):
     assert summary["last_loss"] < summary["first_loss"], (summary["first_loss"], summary["last_loss"])
     assert summary["exit_status"] == 0
     assert (run / "hostfile").read_text() == "worker1 slots=1\nworker2 slots=1\n"
+    # train.yml ran preflight first (on by default): its verdicts and the all-reduce test are in the run.
+    preflight = json.loads((run / "preflight.json").read_text())
+    assert preflight["status"] == "pass" and preflight["job"]["run_id"] == run_id
+    assert (run / "preflight" / "allreduce-tcp.json").exists()
+    assert res.out.index("busbw(GB/s)") < res.out.index("TASK [Start the agent")
     # Per-rank logs and metrics came back to the controller.
     assert len(list((run / "logs").glob("*_rank0.log"))) == 1
     assert len(list((run / "logs").glob("*_rank1.log"))) == 1

@@ -1,0 +1,168 @@
+"""preflight.yml on the local cluster: it passes, and each fault made here fails it naming the host and fix (issue 5).
+
+This module sorts after the other e2e modules: its faults are undone, but the deepspeed it reinstalls
+on worker2 is the last change any e2e test makes to the cluster.
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+WHEELS = ROOT / ".cache" / "e2e-wheels"
+VENV = "/opt/multinode-deepspeed/venv"
+OTHER_DEEPSPEED = "0.19.7"
+
+
+def podman(*args, check=False):
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=check)
+
+
+def node_sh(node, script, check=True):
+    res = podman("exec", f"mnds-{node}", "sh", "-c", script)
+    if check:
+        assert res.returncode == 0, (node, script, res.stdout, res.stderr)
+    return res
+
+
+def newest_preflight_dir(before):
+    dirs = [d for d in (ROOT / "runs").glob("preflight-*") if d.stat().st_mtime >= before]
+    assert dirs, "preflight.yml wrote no runs/preflight-* directory"
+    return max(dirs, key=lambda d: d.stat().st_mtime)
+
+
+def run_preflight(run_playbook, name, *extra):
+    # preflight-<time> has a one-second resolution: never two in the same second.
+    time.sleep(1.1)
+    t0 = time.time()
+    res = run_playbook("preflight.yml", *extra, name=name)
+    res.wall = time.time() - t0
+    res.report = json.loads((newest_preflight_dir(t0 - 1) / "preflight.json").read_text())
+    return res
+
+
+def failures(report):
+    return [(v["check"], v["host"]) for v in report["verdicts"] if v["status"] == "fail"]
+
+
+def test_preflight_passes_with_tables_in_under_a_minute(provisioned, run_playbook):
+    res = run_preflight(run_playbook, "preflight-pass")
+    assert res.rc == 0, res.tail()
+    report = res.report
+    assert report["status"] == "pass", report["findings"]
+    # The version table, the SSH matrix and the bandwidth table are printed.
+    assert "deepspeed" in res.out and "transformers" in res.out
+    assert "from\\to" in res.out
+    assert "algbw(GB/s)" in res.out and "busbw(GB/s)" in res.out
+    # Every check has a verdict for every node it concerns.
+    checks = {}
+    for v in report["verdicts"]:
+        checks.setdefault(v["check"], set()).add(v["host"])
+    for check in ("versions", "names", "clock", "disk"):
+        assert checks[check] == {"coord", "worker1", "worker2"}, (check, checks[check])
+    assert checks["ssh"] == {"coord", "worker1", "worker2"}
+    assert {"worker1", "worker2"} <= checks["master_port"]
+    assert checks["accelerators"] == {"worker1", "worker2"}
+    # gloo over the podman network: sizes from 4 KiB to 64 MiB, busbw = algbw x 2(n-1)/n with n = 2.
+    bw = report["bandwidth"]["primary"]
+    sizes = [r["bytes"] for r in bw["rows"]]
+    assert sizes[0] == 4096 and sizes[-1] >= 64 << 20 and len(sizes) >= 15
+    for r in bw["rows"]:
+        assert abs(r["busbw_gbps"] - r["algbw_gbps"]) < 1e-3
+    assert bw["status"] == "pass" and bw["busbw_gbps"] >= bw["threshold_gbps"] > 0
+    raw = json.loads(next((ROOT / "runs").glob(report["job"]["run_id"])).joinpath("preflight.json").read_text())
+    assert raw["raw"]["bandwidth"]["primary"]["raw"]["rank_hosts"] == ["worker1", "worker2"]
+    print(f"preflight.yml on a warm cluster: {res.wall:.1f} s; busbw {bw['busbw_gbps']:.3f} GB/s "
+          f"(threshold {bw['threshold_gbps']:.3f})")
+    assert res.wall < 60, f"preflight took {res.wall:.0f} s"
+
+
+def test_sshd_stopped_on_a_worker(provisioned, run_playbook):
+    # Stop the listening sshd (as systemctl stop ssh does); open sessions, like Ansible's, stay.
+    node_sh("worker1", "p=$(cat /run/sshd.pid) && kill $p && sleep 0.5 && ! kill -0 $p 2>/dev/null")
+    try:
+        res = run_preflight(run_playbook, "preflight-sshd")
+    finally:
+        node_sh("worker1", "/usr/sbin/sshd -E /var/log/sshd.log && sleep 0.5 && kill -0 $(cat /run/sshd.pid)")
+    assert res.rc != 0
+    assert ("ssh", "coord") in failures(res.report), res.report["findings"]
+    line = next(f for f in res.report["findings"] if f.startswith("ssh on coord"))
+    assert "coord -> worker1" in line and "Connection refused" in line and "start it on worker1" in line, line
+    assert "Preflight failed" in res.out
+
+
+def test_another_deepspeed_on_one_worker(provisioned, run_playbook):
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    other = list(WHEELS.glob(f"deepspeed-{OTHER_DEEPSPEED}-*.whl"))
+    if not other:
+        # A real release, built like the wheelhouse builds DeepSpeed (pure Python, ops at provisioning).
+        subprocess.run([sys.executable, "-m", "pip", "wheel", f"deepspeed=={OTHER_DEEPSPEED}", "--no-deps",
+                        "--no-build-isolation", "-w", str(WHEELS)], check=True, env={**os.environ, "DS_BUILD_OPS": "0"})
+        other = list(WHEELS.glob(f"deepspeed-{OTHER_DEEPSPEED}-*.whl"))
+    # The wheel site.yml installed, to put back afterwards.
+    current = node_sh("worker2", "find / -xdev -name 'deepspeed-0.19.8-*.whl' -path '*wheel*' 2>/dev/null | head -1")
+    current = current.stdout.strip()
+    assert current, "the node's copy of the deepspeed wheel is missing"
+    podman("cp", str(other[0]), f"mnds-worker2:/tmp/{other[0].name}", check=True)
+    node_sh("worker2", f"{VENV}/bin/pip install -q --no-deps --no-index --force-reinstall /tmp/{other[0].name}")
+    try:
+        res = run_preflight(run_playbook, "preflight-deepspeed")
+    finally:
+        node_sh("worker2", f"{VENV}/bin/pip install -q --no-deps --no-index --force-reinstall {current}")
+    assert res.rc != 0
+    assert failures(res.report) == [("versions", "worker2")], res.report["findings"]
+    line = res.report["findings"][0]
+    assert f"deepspeed {OTHER_DEEPSPEED} (worker1 has 0.19.8)" in line and "run site.yml" in line, line
+    versions = node_sh("worker2", f"{VENV}/bin/python -c 'import deepspeed; print(deepspeed.__version__)'")
+    assert versions.stdout.strip().splitlines()[-1] == "0.19.8"
+
+
+def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbook):
+    # The master is the first rank node, worker1; something else listens on the job's port there.
+    marker = "mnds-e2e-port-holder"
+    podman("exec", "-d", "mnds-worker1", "python3", "-c",
+           "import socket, time, sys; s = socket.socket(); s.bind(('', 29500)); s.listen(); time.sleep(300)",
+           marker, check=True)
+    run_id = f"e2e-preflight-port-{int(time.time())}"
+    try:
+        time.sleep(1)
+        res = run_preflight(run_playbook, "preflight-port")
+        train = run_playbook("train.yml", "-e", "steps=5", "-e", f"run_id={run_id}", name="train-preflight-port")
+    finally:
+        node_sh("worker1", f"pkill -f {marker} || true")
+    assert res.rc != 0
+    assert failures(res.report) == [("master_port", "worker1")], res.report["findings"]
+    line = res.report["findings"][0]
+    assert "29500" in line and "-e master_port=" in line, line
+    # The bandwidth test was not started on a port that is taken.
+    assert [v["status"] for v in res.report["verdicts"] if v["check"] == "bandwidth"] == ["skip"]
+    # train.yml runs preflight first, and a failed preflight stops the launch with its findings.
+    assert train.rc != 0
+    assert "Preflight failed" in train.out and "nothing was launched" in train.out
+    run = ROOT / "runs" / run_id
+    assert (run / "preflight.json").exists()
+    assert json.loads((run / "preflight.json").read_text())["status"] == "fail"
+    assert not (run / "summary.json").exists()
+    assert "Start the agent" not in train.out
+    for node in ("coord", "worker1", "worker2"):
+        assert node_sh(node, "pgrep -af multinode_ds || true").stdout.strip() == ""
+
+
+def test_worker_cannot_resolve_another(provisioned, run_playbook):
+    # worker1 looks names up in /etc/hosts only: the other nodes' names (from the cluster's DNS) are gone.
+    node_sh("worker1", "cp /etc/nsswitch.conf /etc/nsswitch.conf.e2e && sed -i 's/^hosts:.*/hosts: files/' "
+                       "/etc/nsswitch.conf && ! getent hosts worker2")
+    try:
+        res = run_preflight(run_playbook, "preflight-names")
+    finally:
+        node_sh("worker1", "mv /etc/nsswitch.conf.e2e /etc/nsswitch.conf && getent hosts worker2")
+    assert res.rc != 0
+    assert failures(res.report) == [("names", "worker1")], res.report["findings"]
+    line = next(f for f in res.report["findings"] if f.startswith("names on worker1"))
+    assert "worker2 does not resolve" in line and "/etc/hosts on worker1" in line, line
