@@ -227,22 +227,22 @@ def fallback_advice(profile, primary, tcp, hosts):
     if tcp["status"] == FAIL:
         return {"variable": None, "value": None,
                 "message": "the %s profile failed (%s) and TCP failed too (%s): the network between %s is "
-                           "broken, not only RDMA. Fix the network first." % (profile, primary["reason"],
+                           "broken, not only RDMA; fix the network first" % (profile, primary["reason"],
                                                                            tcp["reason"], where)}
     slow = primary.get("busbw_gbps") is not None
     if slow and tcp.get("busbw_gbps") is not None and tcp["busbw_gbps"] <= primary["busbw_gbps"]:
         # RDMA ran, below its threshold, but still faster than TCP: pinning tcp would not help.
         return {"variable": None, "value": None,
                 "message": "the %s profile is below its threshold (%s) but TCP is slower still (%.3f GB/s): "
-                           "keep %s and check the RDMA ports' rate and the switch (ibstat, perfquery)."
+                           "keep %s and check the RDMA ports' rate and the switch (ibstat, perfquery)"
                            % (profile, primary["reason"], tcp["busbw_gbps"], profile)}
     what = ("runs at %.3f GB/s, far below its threshold" % primary["busbw_gbps"]) if slow \
         else "fails to initialise (%s)" % primary["reason"]
     return {"variable": "nccl_profile", "value": "tcp",
-            "message": "NCCL's %s profile %s on %s, while TCP works (%s). Fix: pin nccl_profile: tcp for "
+            "message": "NCCL's %s profile %s on %s, while TCP works (%s): pin nccl_profile: tcp for "
                        "the workers (group_vars/workers.yml) and run site.yml, or repair RDMA (ibstat, "
-                       "ibv_devinfo; the 'Call to ibv_modify_qp failed' case)." % (profile, what, where,
-                                                                                   tcp["reason"])}
+                       "ibv_devinfo; the 'Call to ibv_modify_qp failed' case)" % (profile, what, where,
+                                                                                  tcp["reason"])}
 
 
 # --------------------------------------------------------------------------- versions
@@ -302,25 +302,25 @@ def ssh_required_pairs(backend, coordinators, rank_hosts):
 
 
 def ssh_fix(src, dst, stderr, rc):
-    """The likely cause and fix of a failed ``ssh -o BatchMode=yes`` from src to dst."""
+    """The likely cause and the fix of a failed ``ssh -o BatchMode=yes`` from src to dst (one sentence)."""
     text = (stderr or "").strip()
     low = text.lower()
     if "connection refused" in low:
-        return "sshd is not running (or not listening on port 22) on %s. Fix: start it on %s " \
-               "(systemctl start ssh) and check the port." % (dst, dst)
+        return "sshd is not running (or not listening on port 22) on %s; start it on %s (systemctl start ssh) " \
+               "and check the port" % (dst, dst)
     if "could not resolve hostname" in low or "name or service not known" in low \
             or "temporary failure in name resolution" in low:
-        return "%s cannot resolve the name %s. Fix: add %s to DNS or to /etc/hosts on %s." % (src, dst, dst, src)
+        return "%s cannot resolve the name %s; add %s to DNS or to /etc/hosts on %s" % (src, dst, dst, src)
     if "host key verification failed" in low or "no matching host key" in low or "remote host identification" in low:
-        return "%s does not know %s's host key (or it changed). Fix: run site.yml (role ssh_mesh refreshes " \
-               "known_hosts); never turn StrictHostKeyChecking off." % (src, dst)
+        return "%s does not know %s's host key (or it changed); run site.yml (role ssh_mesh refreshes " \
+               "known_hosts), never turn StrictHostKeyChecking off" % (src, dst)
     if "permission denied" in low:
-        return "%s's cluster key is not accepted on %s (authorized_keys, or its from= list lacks %s's address). " \
-               "Fix: run site.yml (role ssh_mesh); check ssh_mesh_user." % (src, dst, src)
+        return "%s's cluster key is not accepted on %s (authorized_keys, or its from= list lacks %s's address); " \
+               "run site.yml (role ssh_mesh) and check ssh_mesh_user" % (src, dst, src)
     if "timed out" in low or "no route to host" in low or rc == 124:
-        return "%s cannot reach %s on port 22 (firewall, routing, or the node is down). Fix: open port 22 " \
-               "between the nodes and check that %s is up." % (src, dst, dst)
-    return "ssh from %s to %s failed (exit %s). Fix: run ssh %s true on %s as the launching user to see why." \
+        return "%s cannot reach %s on port 22 (firewall, routing, or the node is down); open port 22 between " \
+               "the nodes and check that %s is up" % (src, dst, dst)
+    return "ssh from %s to %s failed (exit %s); run ssh %s true on %s as the launching user to see why" \
         % (src, dst, rc, dst, src)
 
 
@@ -574,7 +574,8 @@ def format_verdicts(verdicts):
 
 def findings(verdicts):
     """One line per failure: host, what, fix."""
-    return ["%s on %s: %s.%s" % (v["check"], v["host"], v["detail"], (" Fix: %s." % v["fix"]) if v.get("fix") else "")
+    return ["%s on %s: %s.%s" % (v["check"], v["host"], v["detail"].rstrip("."),
+                                 (" Fix: %s." % v["fix"].rstrip(".")) if v.get("fix") else "")
             for v in verdicts if v["status"] == FAIL]
 
 

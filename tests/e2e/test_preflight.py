@@ -135,7 +135,8 @@ def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbo
         res = run_preflight(run_playbook, "preflight-port")
         train = run_playbook("train.yml", "-e", "steps=5", "-e", f"run_id={run_id}", name="train-preflight-port")
     finally:
-        node_sh("worker1", f"pkill -f {marker} || true")
+        # [m]: the pattern does not match this sh -c's own command line.
+        node_sh("worker1", f"pkill -f '[{marker[0]}]{marker[1:]}' || true")
     assert res.rc != 0
     assert failures(res.report) == [("master_port", "worker1")], res.report["findings"]
     line = res.report["findings"][0]
@@ -151,7 +152,7 @@ def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbo
     assert not (run / "summary.json").exists()
     assert "Start the agent" not in train.out
     for node in ("coord", "worker1", "worker2"):
-        assert node_sh(node, "pgrep -af multinode_ds || true").stdout.strip() == ""
+        assert node_sh(node, "pgrep -af '[m]ultinode_ds' || true").stdout.strip() == ""
 
 
 def test_worker_cannot_resolve_another(provisioned, run_playbook):

@@ -326,7 +326,7 @@ def test_tcp_failing_too_means_the_network_is_broken():
     advice = preflight.fallback_advice("roce", failed_rdma("roce"), tcp, ["w1", "w2"])
     assert advice["variable"] is None and advice["value"] is None
     assert "broken" in advice["message"] and "between w1, w2" in advice["message"]
-    assert "Fix the network first" in advice["message"]
+    assert "fix the network first" in advice["message"]
 
 
 def test_no_advice_when_not_needed():
@@ -1057,7 +1057,8 @@ def test_evaluate_rdma_failure_with_tcp_working_advises_pinning_tcp():
     bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"][0]
     assert bw["fix"] == advice["message"]
     assert "Call to ibv_modify_qp failed" in bw["detail"]
-    assert report["findings"] == ["bandwidth on worker1,worker2: %s. Fix: %s." % (bw["detail"], advice["message"])]
+    assert report["findings"] == ["bandwidth on worker1,worker2: %s. Fix: %s." % (bw["detail"].rstrip("."),
+                                                                               advice["message"].rstrip("."))]
     fallback = report["bandwidth"]["fallback"]
     assert fallback["status"] == "pass" and fallback["link_gbps"] == 10.0 and fallback["key"] == "tcp"
     assert report["bandwidth"]["link_gbps"] == 1600.0
