@@ -97,12 +97,12 @@ def rank_main(args):
     for nbytes in sizes(args.min_bytes, args.max_bytes):
         buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
         iters = iterations(nbytes)
-        for _ in range(WARMUP):
+        for warm in range(WARMUP):
             dist.all_reduce(buf)
         sync()
         dist.barrier()
         start = time.perf_counter()
-        for _ in range(iters):
+        for timed in range(iters):
             dist.all_reduce(buf)
         sync()
         mean = (time.perf_counter() - start) / iters
@@ -165,7 +165,7 @@ def node_main(args, argv):
     errors = []
     for i, p in enumerate(procs):
         try:
-            _, err = p.communicate(timeout=10)
+            err = p.communicate(timeout=10)[1]
         except subprocess.TimeoutExpired:
             err = ""
         if p.returncode not in (0, None) and err:

@@ -227,8 +227,8 @@ def fallback_advice(profile, primary, tcp, hosts):
     if tcp["status"] == FAIL:
         return {"variable": None, "value": None,
                 "message": "the %s profile failed (%s) and TCP failed too (%s): the network between %s is "
-                           "broken, not only RDMA; fix the network first" % (profile, primary["reason"],
-                                                                           tcp["reason"], where)}
+                           "broken, not only RDMA; fix the network first"
+                           % (profile, primary["reason"], tcp["reason"], where)}
     slow = primary.get("busbw_gbps") is not None
     if slow and tcp.get("busbw_gbps") is not None and tcp["busbw_gbps"] <= primary["busbw_gbps"]:
         # RDMA ran, below its threshold, but still faster than TCP: pinning tcp would not help.
@@ -412,8 +412,8 @@ def name_verdicts(resolved, expected, own_addresses):
                                  "fix the entry for %s in /etc/hosts or DNS on %s (it should be %s)"
                                  % (name, src, want)))
         if problems:
-            out.append(verdict("names", src, FAIL, "; ".join(p for p, _ in problems),
-                               "; ".join(f for _, f in problems if f) or None))
+            out.append(verdict("names", src, FAIL, "; ".join(pr[0] for pr in problems),
+                               "; ".join(pr[1] for pr in problems if pr[1]) or None))
         elif notes:
             out.append(verdict("names", src, WARN, "; ".join(notes)))
         else:
@@ -550,8 +550,8 @@ def port_verdicts(master, port, listener, probes):
         if int(res.get("rc", 1)) == 0:
             out.append(verdict("master_port", host, PASS, "reaches %s:%s" % (master, port)))
         else:
-            out.append(verdict("master_port", host, FAIL, "cannot reach %s:%s: %s" % (master, port,
-                                                                                    (res.get("msg") or "").strip()),
+            why = (res.get("msg") or "").strip()
+            out.append(verdict("master_port", host, FAIL, "cannot reach %s:%s: %s" % (master, port, why),
                                "open port %s between %s and %s (firewall), or -e master_port=..." % (port, host, master)))
     return out
 

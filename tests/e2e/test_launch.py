@@ -99,7 +99,7 @@ def test_killed_rank_fails_fast_cleans_up_and_resume_continues(provisioned, run_
         "at", _kill_rank_when_running(run_id, "worker2", 12, time.time() + 600)))
     killer.start()
     res = run_playbook("train.yml", "-e", "steps=400", "-e", "save_interval=5", "-e", f"run_id={run_id}",
-                       name="killed-rank")
+                       "-e", "preflight=false", name="killed-rank")
     ended = time.time()
     killer.join()
     assert killed.get("at"), "the rank never reached the step to kill it"

@@ -1057,8 +1057,8 @@ def test_evaluate_rdma_failure_with_tcp_working_advises_pinning_tcp():
     bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"][0]
     assert bw["fix"] == advice["message"]
     assert "Call to ibv_modify_qp failed" in bw["detail"]
-    assert report["findings"] == ["bandwidth on worker1,worker2: %s. Fix: %s." % (bw["detail"].rstrip("."),
-                                                                               advice["message"].rstrip("."))]
+    want = "bandwidth on worker1,worker2: %s. Fix: %s." % (bw["detail"].rstrip("."), advice["message"].rstrip("."))
+    assert report["findings"] == [want]
     fallback = report["bandwidth"]["fallback"]
     assert fallback["status"] == "pass" and fallback["link_gbps"] == 10.0 and fallback["key"] == "tcp"
     assert report["bandwidth"]["link_gbps"] == 1600.0
@@ -1128,8 +1128,8 @@ def test_versions_compare_with_the_first_readable_worker():
 
 
 def test_socket_ifname_exclusion_or_list_uses_the_cluster_interface():
-    fab = {"cluster_interface": "eth0", "interfaces": [{"name": "eth0", "speed_mbps": 100000},
-                                                      {"name": "docker0", "speed_mbps": 10000}]}
+    fab = {"cluster_interface": "eth0",
+           "interfaces": [{"name": "eth0", "speed_mbps": 100000}, {"name": "docker0", "speed_mbps": 10000}]}
     assert preflight.node_link_gbps(fab, {"profile": "tcp", "env": {"NCCL_SOCKET_IFNAME": "^docker0"}}) == 100.0
     assert preflight.node_link_gbps(fab, {"profile": "tcp", "env": {"NCCL_SOCKET_IFNAME": "eth0,docker0"}}) == 100.0
     assert preflight.node_link_gbps(fab, {"profile": "tcp", "env": {"NCCL_SOCKET_IFNAME": "=docker0"}}) == 10.0
