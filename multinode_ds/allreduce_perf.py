@@ -21,6 +21,7 @@ import platform
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 # Bytes moved per size at most (iterations = this / size, within [MIN_ITERS, MAX_ITERS]).
@@ -141,11 +142,13 @@ def rank_main(args):
 
 def node_main(args, argv):
     """Start this node's ranks and wait for them; stop them all when one fails or time runs out."""
-    procs = []
+    procs, errs = [], []
     for local in range(args.nproc):
         cmd = [sys.executable, "-m", "multinode_ds.allreduce_perf"] + list(argv) + ["--local-rank", str(local)]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE if local else None, stderr=subprocess.PIPE,
-                                      text=True))
+        # stderr to a file, never a pipe nobody reads while the ranks run (NCCL_DEBUG=INFO would fill it).
+        err = tempfile.TemporaryFile(mode="w+")
+        errs.append(err)
+        procs.append(subprocess.Popen(cmd, stdout=None if local == 0 else subprocess.DEVNULL, stderr=err, text=True))
     deadline = time.time() + args.timeout
     failed = None
     while time.time() < deadline:
@@ -165,9 +168,12 @@ def node_main(args, argv):
     errors = []
     for i, p in enumerate(procs):
         try:
-            err = p.communicate(timeout=10)[1]
+            p.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            err = ""
+            pass
+        errs[i].seek(0)
+        err = errs[i].read()
+        errs[i].close()
         if p.returncode not in (0, None) and err:
             errors.append("local rank %d (global %d), exit %s:\n%s"
                           % (i, args.first_rank + i, p.returncode, "\n".join(err.strip().splitlines()[-15:])))

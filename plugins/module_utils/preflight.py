@@ -172,6 +172,8 @@ def judge_bandwidth(test, nodes, profile, backend, link_gbps, fractions=None):
     fractions = dict(DEFAULT_FRACTIONS, **(fractions or {}))
     key = "gloo" if backend == "gloo" else profile
     fraction = fractions.get(key)
+    fraction = float(fraction) if fraction not in (None, "") else None
+    link_gbps = float(link_gbps) if link_gbps not in (None, "") else None
     out = {"label": test.get("label") or profile, "profile": profile, "backend": backend, "key": key,
            "fraction": fraction, "link_gbps": link_gbps, "threshold_gbps": None, "busbw_gbps": None,
            "rows": []}
@@ -247,17 +249,32 @@ def fallback_advice(profile, primary, tcp, hosts):
 
 # --------------------------------------------------------------------------- versions
 
-def version_verdicts(versions, workers, coordinators):
-    """Every rank node runs the first rank node's exact stack; the coordinator its common keys.
+def _majority(values, order):
+    """The value most hosts have (ties: the one the earliest host in ``order`` has)."""
+    counts = {}
+    for host in order:
+        if host in values:
+            counts[values[host]] = counts.get(values[host], 0) + 1
+    best = max(counts.values())
+    for host in order:
+        if host in values and counts[values[host]] == best:
+            return values[host], [h for h in order if values.get(h) == values[host]]
+    return None, []
 
-    ``versions``: host -> dict (python, torch, cuda, nccl, deepspeed, transformers, trainer), or
-    a string: why they could not be read.
+
+def version_verdicts(versions, workers, coordinators):
+    """The rank nodes share one exact stack; the coordinator shares its common keys.
+
+    The reference is, per key, the value most rank nodes have (ties: the first rank node's), so the
+    odd node out is the one blamed, whichever it is. ``versions``: host -> dict (python, torch, cuda,
+    nccl, deepspeed, transformers, trainer), or a dict with ``error`` / a string: why they could not be read.
     """
     out = []
-    # The reference: the first rank node whose versions could be read.
     readable = [w for w in workers if isinstance(versions.get(w), dict) and not versions[w].get("error")]
-    ref_host = readable[0] if readable else None
-    ref = versions.get(ref_host) if ref_host else None
+    ref = {}
+    for key in RANK_KEYS:
+        if readable:
+            ref[key] = _majority(dict((w, versions[w].get(key)) for w in readable), readable)
     for host in list(workers) + [c for c in coordinators if c not in workers]:
         mine = versions.get(host)
         if not isinstance(mine, dict) or mine.get("error"):
@@ -267,12 +284,14 @@ def version_verdicts(versions, workers, coordinators):
             continue
         keys = RANK_KEYS if host in workers else COMMON_KEYS
         text = " ".join("%s %s" % (k, mine.get(k)) for k in keys)
-        if host == ref_host or not isinstance(ref, dict):
-            out.append(verdict("versions", host, PASS, text))
-            continue
-        diff = ["%s %s (%s has %s)" % (k, mine.get(k), ref_host, ref.get(k)) for k in keys if mine.get(k) != ref.get(k)]
+        diff = []
+        for k in keys:
+            if k in ref and mine.get(k) != ref[k][0]:
+                others = [h for h in ref[k][1] if h != host]
+                diff.append("%s %s (%s %s %s)" % (k, mine.get(k), ", ".join(others[:3]) + (" ..." if len(others) > 3 else ""),
+                                                   "has" if len(others) == 1 else "have", ref[k][0]))
         if diff:
-            out.append(verdict("versions", host, FAIL, "differs from %s: %s" % (ref_host, "; ".join(diff)),
+            out.append(verdict("versions", host, FAIL, "differs: %s" % "; ".join(diff),
                                "run site.yml (without --limit) so that %s gets the chosen stack again" % host))
         else:
             out.append(verdict("versions", host, PASS, text))
@@ -440,18 +459,44 @@ def clock_skew(probe):
 
 
 def clock_verdicts(probes, bound):
+    """Clock skew between the nodes: each node against the median of the nodes' clocks.
+
+    Every node's offset from the controller is known within +/- half its probe's round trip; a
+    node fails when it is certainly more than ``bound`` seconds from the median node, whatever
+    the latencies were. A controller whose own clock is off only warns (the job does not use it).
+    """
+    if not probes:
+        return []
+    est = dict((h, clock_skew(probes[h])) for h in probes)
+    offsets = [e[0] for e in est.values()]
+    # An even count has no middle node: the controller's clock (offset 0) breaks the tie.
+    ref = median(offsets + ([0.0] if len(offsets) % 2 == 0 else []))
+    ref_half = max(e[1] for e in est.values())
     out = []
-    for host in sorted(probes):
-        est, half, certain = clock_skew(probes[host])
-        detail = "%+.3f s vs the controller (+/- %.3f s)" % (est, half)
-        fix = "synchronise the clocks (chrony or systemd-timesyncd on %s and the controller)" % host
+    for host in sorted(est):
+        off, half, certain_ctl = est[host]
+        dev = off - ref
+        certain = max(0.0, abs(dev) - half - ref_half)
+        detail = "%+.3f s from the nodes' median (+/- %.3f s); %+.3f s vs the controller" % (dev, half + ref_half, off)
+        fix = "synchronise the clock of %s with the other nodes (chrony or systemd-timesyncd on every node)" % host
         if certain > bound:
             out.append(verdict("clock", host, FAIL, detail + ", over the bound of %g s" % bound, fix))
-        elif abs(est) + half > bound:
+        elif abs(dev) + half + ref_half > bound:
             out.append(verdict("clock", host, WARN, detail + ": cannot confirm it is within %g s" % bound))
+        elif certain_ctl > bound:
+            out.append(verdict("clock", host, WARN, detail + ": the controller's clock is off (reports and leases "
+                               "use the nodes' clocks)"))
         else:
             out.append(verdict("clock", host, PASS, detail))
     return out
+
+
+def median(values):
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
 # --------------------------------------------------------------------------- disks, memlock, accelerators
@@ -636,10 +681,17 @@ def _answered(result):
 def evaluate(data, settings=None):
     """Every verdict of one preflight, the tables, the bandwidth judgement and the fallback advice."""
     cfg = dict(DEFAULTS)
-    cfg.update(dict((k, v) for k, v in (settings or {}).items() if v is not None))
-    fractions = dict(DEFAULT_FRACTIONS, **(cfg.get("bandwidth_fraction") or {}))
+    cfg.update(dict((k, v) for k, v in (settings or {}).items() if v not in (None, "")))
+    # -e gives strings: every bound is a number from here on.
+    for key in ("max_clock_skew", "min_free_gib_shared", "min_free_gib_local", "link_gbps", "min_memlock_kib"):
+        if cfg.get(key) is not None:
+            cfg[key] = float(cfg[key])
+    fractions = dict(DEFAULT_FRACTIONS)
+    fractions.update(dict((k, float(v)) for k, v in (cfg.get("bandwidth_fraction") or {}).items()))
     job = data["job"]
-    backend, profile, accel = job["backend"], job.get("profile") or "tcp", job.get("accelerator") or "cpu"
+    backend, accel = job["backend"], job.get("accelerator") or "cpu"
+    # CPU ranks talk gloo over TCP whatever RDMA the nodes have: judge them as tcp, with no memlock need.
+    profile = (job.get("profile") or "tcp") if accel == "cuda" else "tcp"
     coords = list(job.get("coordinators") or [])
     slots = dict(job["rank_hosts"])
     ranks = list(slots)
@@ -671,7 +723,8 @@ def evaluate(data, settings=None):
 
     link = cfg.get("link_gbps")
     if link is None:
-        link = job_link_gbps(dict((h, (data.get("link_gbps") or {}).get(h)) for h in ranks))
+        speeds = data.get("link_gbps") if accel == "cuda" else data.get("tcp_link_gbps", data.get("link_gbps"))
+        link = job_link_gbps(dict((h, (speeds or {}).get(h)) for h in ranks))
     bw = data.get("bandwidth") or {}
     bw_backend = "nccl" if accel == "cuda" else "gloo"
     nnodes = len(ranks)
@@ -682,14 +735,18 @@ def evaluate(data, settings=None):
                                 "%s: %s" % (primary["label"], primary["reason"]),
                                 None if primary["status"] != FAIL else
                                 "see the bandwidth table; check the links between %s" % ", ".join(ranks)))
+    elif port and port["listener"]["rc"] != 0:
+        verdicts.append(verdict("bandwidth", ",".join(ranks), SKIP, "not run: the master port is not free"))
     else:
-        why = "the master port is not free" if port and port["listener"]["rc"] != 0 else "no result"
-        verdicts.append(verdict("bandwidth", ",".join(ranks), SKIP, "not run: %s" % why))
+        verdicts.append(verdict("bandwidth", ",".join(ranks), FAIL, "the all-reduce test gave no result",
+                                "see the play's output above for the node that failed"))
     if bw.get("fallback"):
         # The tcp retest is judged against the Ethernet side's speed (preflight_link_gbps is the job profile's link).
         tcp_link = job_link_gbps(dict((h, (data.get("tcp_link_gbps") or {}).get(h)) for h in ranks))
         fallback = judge_bandwidth(bw["fallback"], nnodes, "tcp", bw_backend, tcp_link, fractions)
-        advice = fallback_advice(profile, primary, fallback, ranks)
+        others = [v for v in verdicts if v["status"] == FAIL and v["check"] != "bandwidth"]
+        # Other failures (versions, GPUs, ports...) break both tests alike: no fabric advice then.
+        advice = None if others else fallback_advice(profile, primary, fallback, ranks)
         if advice:
             for v in verdicts:
                 if v["check"] == "bandwidth" and v["status"] == FAIL:

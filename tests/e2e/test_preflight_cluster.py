@@ -31,6 +31,13 @@ def node_sh(node, script, check=True):
     return res
 
 
+def run_playbook_ping():
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    return subprocess.run([str(Path(sys.executable).parent / "ansible"), "worker1", "-m", "ansible.builtin.ping"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+
+
 def newest_preflight_dir(before):
     dirs = [d for d in (ROOT / "runs").glob("preflight-*") if d.stat().st_mtime >= before]
     assert dirs, "preflight.yml wrote no runs/preflight-* directory"
@@ -84,7 +91,10 @@ def test_preflight_passes_with_tables_in_under_a_minute(provisioned, run_playboo
 
 
 def test_sshd_stopped_on_a_worker(provisioned, run_playbook):
-    # Stop the listening sshd (as systemctl stop ssh does); open sessions, like Ansible's, stay.
+    # Stop the listening sshd (as systemctl stop ssh does); open sessions stay, like the SSH connection
+    # Ansible keeps to the node (ControlPersist), refreshed here so that it outlives the preflight.
+    ping = run_playbook_ping()
+    assert ping.returncode == 0, ping.stdout + ping.stderr
     node_sh("worker1", "p=$(cat /run/sshd.pid) && kill $p && sleep 0.5 && ! kill -0 $p 2>/dev/null")
     try:
         res = run_preflight(run_playbook, "preflight-sshd")
@@ -105,8 +115,10 @@ def test_another_deepspeed_on_one_worker(provisioned, run_playbook):
         subprocess.run([sys.executable, "-m", "pip", "wheel", f"deepspeed=={OTHER_DEEPSPEED}", "--no-deps",
                         "--no-build-isolation", "-w", str(WHEELS)], check=True, env={**os.environ, "DS_BUILD_OPS": "0"})
         other = list(WHEELS.glob(f"deepspeed-{OTHER_DEEPSPEED}-*.whl"))
-    # The wheel site.yml installed, to put back afterwards.
-    current = node_sh("worker2", "find / -xdev -name 'deepspeed-0.19.8-*.whl' -path '*wheel*' 2>/dev/null | head -1")
+    # The version site.yml installed, and its wheel, to put back afterwards.
+    installed = node_sh("worker2", f"{VENV}/bin/python -m pip show deepspeed | sed -n 's/^Version: //p'").stdout.strip()
+    assert installed and installed != OTHER_DEEPSPEED, installed
+    current = node_sh("worker2", f"find / -xdev -name 'deepspeed-{installed}-*.whl' -path '*wheel*' 2>/dev/null | head -1")
     current = current.stdout.strip()
     assert current, "the node's copy of the deepspeed wheel is missing"
     podman("cp", str(other[0]), f"mnds-worker2:/tmp/{other[0].name}", check=True)
@@ -118,20 +130,23 @@ def test_another_deepspeed_on_one_worker(provisioned, run_playbook):
     assert res.rc != 0
     assert failures(res.report) == [("versions", "worker2")], res.report["findings"]
     line = res.report["findings"][0]
-    assert f"deepspeed {OTHER_DEEPSPEED} (worker1 has 0.19.8)" in line and "run site.yml" in line, line
+    assert f"deepspeed {OTHER_DEEPSPEED} (worker1 has {installed})" in line and "run site.yml" in line, line
     versions = node_sh("worker2", f"{VENV}/bin/python -c 'import deepspeed; print(deepspeed.__version__)'")
-    assert versions.stdout.strip().splitlines()[-1] == "0.19.8"
+    assert versions.stdout.strip().splitlines()[-1] == installed
 
 
 def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbook):
     # The master is the first rank node, worker1; something else listens on the job's port there.
     marker = "mnds-e2e-port-holder"
     podman("exec", "-d", "mnds-worker1", "python3", "-c",
-           "import socket, time, sys; s = socket.socket(); s.bind(('', 29500)); s.listen(); time.sleep(300)",
-           marker, check=True)
+           "import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+           "s.bind(('', 29500)); s.listen(); time.sleep(300)", marker, check=True)
     run_id = f"e2e-preflight-port-{int(time.time())}"
     try:
-        time.sleep(1)
+        deadline = time.time() + 20
+        while node_sh("worker1", "ss -ltn 'sport = :29500' | grep -q LISTEN", check=False).returncode != 0:
+            assert time.time() < deadline, "the port holder did not start listening"
+            time.sleep(0.3)
         res = run_preflight(run_playbook, "preflight-port")
         train = run_playbook("train.yml", "-e", "steps=5", "-e", f"run_id={run_id}", name="train-preflight-port")
     finally:

@@ -425,7 +425,7 @@ def test_versions_worker_with_another_deepspeed_fails():
                                              ["w1", "w2"], ["coord"]))
     assert res["w1"]["status"] == "pass" and res["coord"]["status"] == "pass"
     assert res["w2"]["status"] == "fail"
-    assert res["w2"]["detail"] == "differs from w1: deepspeed 0.19.7 (w1 has 0.19.8)"
+    assert res["w2"]["detail"] == "differs: deepspeed 0.19.7 (w1 has 0.19.8)"
     assert "site.yml" in res["w2"]["fix"] and "w2" in res["w2"]["fix"]
 
 
@@ -648,7 +648,7 @@ def test_clock_skew_arithmetic():
 def test_clock_within_bracket_passes():
     res = preflight.clock_verdicts({"w1": probe_at(1000.1, 1000.0, 1000.2)}, 2.0)
     assert res[0]["status"] == "pass" and res[0]["check"] == "clock" and res[0]["fix"] is None
-    assert res[0]["detail"] == "+0.000 s vs the controller (+/- 0.100 s)"
+    assert res[0]["detail"] == "+0.000 s from the nodes' median (+/- 0.200 s); +0.000 s vs the controller"
 
 
 def test_clock_ten_seconds_ahead_fails():
@@ -911,7 +911,8 @@ def test_evaluate_healthy_cpu_job_passes():
 
 def test_evaluate_with_a_known_link_judges_the_bandwidth():
     data = job_data()
-    data["link_gbps"] = {"worker1": 10.0, "worker2": 25.0}
+    # CPU ranks (gloo) are judged on the tcp side's link.
+    data["tcp_link_gbps"] = {"worker1": 10.0, "worker2": 25.0}
     report = preflight.evaluate(data)
     v = [v for v in report["verdicts"] if v["check"] == "bandwidth"][0]
     assert v["status"] == "pass" and report["bandwidth"]["link_gbps"] == 10.0
@@ -963,12 +964,14 @@ def test_evaluate_master_port_taken_skips_the_bandwidth():
     assert "bandwidth" not in report["tables"] and report["bandwidth"]["primary"] is None
 
 
-def test_evaluate_without_bandwidth_result_skips():
+def test_evaluate_without_bandwidth_result_fails():
+    # The port was free, so the test should have run: no result is a failure, never a silent pass.
     data = job_data()
     del data["bandwidth"]
     report = preflight.evaluate(data)
     bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"][0]
-    assert bw["status"] == "skip" and bw["detail"] == "not run: no result" and report["status"] == "pass"
+    assert bw["status"] == "fail" and bw["detail"] == "the all-reduce test gave no result"
+    assert report["status"] == "fail"
 
 
 def test_evaluate_worker1_cannot_resolve_worker2():
@@ -1148,6 +1151,54 @@ def test_the_tcp_retest_is_judged_on_the_ethernet_speed_not_the_rdma_override():
                     "shared_dir": "/s", "local_dir": "/l"},
             "tcp_link_gbps": {"w1": 10.0, "w2": 10.0}, "gpus": {"w1": 1, "w2": 1},
             "bandwidth": {"primary": primary, "fallback": tcp}}
-    report = preflight.evaluate(data, {"link_gbps": 400.0})
+    report = preflight.evaluate(data, {"link_gbps": "400"})     # a string, as -e gives it
+    assert report["bandwidth"]["link_gbps"] == 400.0
     assert report["bandwidth"]["fallback"]["link_gbps"] == 10.0
-    assert report["advice"]["variable"] == "nccl_profile" and report["advice"]["value"] == "tcp"
+    assert report["bandwidth"]["fallback"]["status"] == "pass"
+
+
+def test_versions_blame_the_odd_node_out_even_when_it_is_the_first():
+    odd = dict(STACK, deepspeed="0.19.7")
+    res = by_host(preflight.version_verdicts({"w1": odd, "w2": STACK, "w3": STACK}, ["w1", "w2", "w3"], []))
+    assert [res[h]["status"] for h in ("w1", "w2", "w3")] == ["fail", "pass", "pass"]
+    assert res["w1"]["detail"] == "differs: deepspeed 0.19.7 (w2, w3 have 0.19.8)"
+
+
+def test_clock_skew_is_judged_between_the_nodes_not_against_the_controller():
+    # Every node 30 s ahead of the controller, in step with each other: the job is fine.
+    probes = dict((h, probe_at(1030.1, 1000.0, 1000.2)) for h in ("w1", "w2", "w3"))
+    res = preflight.clock_verdicts(probes, 2.0)
+    assert [v["status"] for v in res] == ["warn"] * 3 and "controller's clock is off" in res[0]["detail"]
+    # One node 5 s off the other two: only it fails.
+    probes["w2"] = probe_at(1035.1, 1000.0, 1000.2)
+    res = by_host(preflight.clock_verdicts(probes, 2.0))
+    assert res["w2"]["status"] == "fail" and res["w1"]["status"] != "fail" and res["w3"]["status"] != "fail"
+
+
+def test_settings_given_as_strings_are_numbers():
+    data = job_data()
+    data["tcp_link_gbps"] = {"worker1": 10.0, "worker2": 10.0}
+    report = preflight.evaluate(data, {"max_clock_skew": "3", "bandwidth_fraction": {"gloo": "0.9"}})
+    assert report["settings"]["max_clock_skew"] == 3.0
+    assert report["bandwidth"]["primary"]["fraction"] == 0.9 and report["bandwidth"]["primary"]["status"] == "fail"
+
+
+def test_cpu_ranks_on_rdma_nodes_are_judged_as_tcp():
+    data = job_data()
+    data["job"]["profile"] = "ib"
+    data["link_gbps"] = {"worker1": 800.0, "worker2": 800.0}
+    data["tcp_link_gbps"] = {"worker1": 10.0, "worker2": 10.0}
+    report = preflight.evaluate(data)
+    assert report["bandwidth"]["link_gbps"] == 10.0
+    assert all(v["status"] == "skip" for v in report["verdicts"] if v["check"] == "memlock")
+
+
+def test_no_fabric_advice_when_other_checks_fail():
+    primary = {"label": "ib", "ok": False, "error": "NCCL WARN Call to ibv_modify_qp failed", "raw": None}
+    data = {"job": {"backend": "ssh-free", "accelerator": "cuda", "profile": "ib", "coordinators": [],
+                    "rank_hosts": {"w1": 1, "w2": 1}, "master": "w1", "master_port": 29500,
+                    "shared_dir": "/s", "local_dir": "/l"},
+            "tcp_link_gbps": {"w1": 10.0, "w2": 10.0}, "gpus": {"w1": 1, "w2": 1},
+            "bandwidth": {"primary": primary, "fallback": passing_test("tcp", 1.0)}}
+    report = preflight.evaluate(data)       # no probes: the probe checks fail
+    assert report["advice"] is None
