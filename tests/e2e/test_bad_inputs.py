@@ -45,7 +45,11 @@ CASES = [
     ("text-slots", [], ("worker1", "deepspeed_slots: two"), ["host worker1: slots='two' is not a whole number"]),
     ("coordinator-is-worker", [], None, ["coord is in both the coordinator and the workers group"]),
     ("invalid-ds-json", ["ds_config=/shared/bad-ds.json"], None, ["is not valid JSON"]),
+    # Preflight (on by default) finds it first; with -e preflight=false the launch's own port check does.
     ("port-in-use", ["master_port=29611"], None,
+     ["master_port on worker1: port 29611 is not free on the master", "-e master_port=<a free port>",
+      "Preflight failed"]),
+    ("port-in-use-no-preflight", ["master_port=29611", "preflight=false"], None,
      ["master_port=29611 is already in use on worker1", "-e master_port=<a free port>"]),
 ]
 
@@ -64,7 +68,7 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
         inventory.write_text(text)
     if name == "invalid-ds-json":
         podman("exec", "mnds-coord", "sh", "-c", "printf '{\"zero_optimization\": {stage: 3}' > /shared/bad-ds.json")
-    if name == "port-in-use":
+    if name.startswith("port-in-use"):
         holder = subprocess.Popen(
             ["podman", "exec", "mnds-worker1", "python3", "-c",
              "import socket,time; s=socket.socket(); s.bind(('',29611)); s.listen(1); time.sleep(90)"],
