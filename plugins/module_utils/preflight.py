@@ -288,8 +288,9 @@ def version_verdicts(versions, workers, coordinators):
         for k in keys:
             if k in ref and mine.get(k) != ref[k][0]:
                 others = [h for h in ref[k][1] if h != host]
-                diff.append("%s %s (%s %s %s)" % (k, mine.get(k), ", ".join(others[:3]) + (" ..." if len(others) > 3 else ""),
-                                                   "has" if len(others) == 1 else "have", ref[k][0]))
+                names = ", ".join(others[:3]) + (" ..." if len(others) > 3 else "")
+                verb = "has" if len(others) == 1 else "have"
+                diff.append("%s %s (%s %s %s)" % (k, mine.get(k), names, verb, ref[k][0]))
         if diff:
             out.append(verdict("versions", host, FAIL, "differs: %s" % "; ".join(diff),
                                "run site.yml (without --limit) so that %s gets the chosen stack again" % host))
