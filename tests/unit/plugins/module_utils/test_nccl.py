@@ -1,29 +1,12 @@
 """NCCL profile selection over the fabric fixtures (real sysfs trees and ip -j addr output)."""
 import json
-from pathlib import Path
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils import fabric
 from ansible_collections.multinode.deepspeed.plugins.module_utils.nccl import (
     NcclError, env_file, job_profile, nccl_conf, node_profile)
 
-SYSFS = Path(__file__).resolve().parents[3] / "fixtures" / "sysfs"
-# The address each fixture node is known by in its inventory.
-ADDRESSES = {"ib-mlx5-4port": "10.10.0.11", "roce": "10.20.0.21", "ethernet-only": "129.254.202.252",
-             "ib-down": None}
-
-
-def facts(name, address=None):
-    root = SYSFS / name
-    interfaces = fabric.parse_ip_addr_json((root / "ip-addr.json").read_text())
-    net = fabric.read_net(str(root), [i["name"] for i in interfaces])
-    if address is None:
-        address = ADDRESSES[name]
-    if address is None:
-        # ib-down: the first IPv4 address of its Ethernet interface.
-        address = next(i["ipv4"][0].split("/")[0] for i in interfaces if i["ipv4"] and i["name"] != "lo")
-    return fabric.fabric_facts(fabric.read_rdma(str(root)), interfaces, net, address)
+from sysfs_facts import facts
 
 
 def test_infiniband_node_gets_ib_with_exact_hca_list():

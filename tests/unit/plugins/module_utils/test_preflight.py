@@ -7,28 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils import fabric, nccl, preflight
+from ansible_collections.multinode.deepspeed.plugins.module_utils import nccl, preflight
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import PreflightError
 
+from sysfs_facts import facts
+
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
-SYSFS = FIXTURES / "sysfs"
 PREFLIGHT = FIXTURES / "preflight"
-# The address each fixture node is known by in its inventory (as in test_nccl.py).
-ADDRESSES = {"ib-mlx5-4port": "10.10.0.11", "roce": "10.20.0.21", "ethernet-only": "129.254.202.252",
-             "ib-down": None}
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
-
-
-def facts(name, address=None):
-    """multinode_fabric of a sysfs fixture, built exactly as test_nccl.py does."""
-    root = SYSFS / name
-    interfaces = fabric.parse_ip_addr_json((root / "ip-addr.json").read_text())
-    net = fabric.read_net(str(root), [i["name"] for i in interfaces])
-    if address is None:
-        address = ADDRESSES[name]
-    if address is None:
-        address = next(i["ipv4"][0].split("/")[0] for i in interfaces if i["ipv4"] and i["name"] != "lo")
-    return fabric.fabric_facts(fabric.read_rdma(str(root)), interfaces, net, address)
 
 
 def load(name):
