@@ -39,7 +39,7 @@ SUITE = "bookworm"
 # Python headers to build DeepSpeed's ops while provisioning.
 IMAGE_PACKAGES = [
     "openssh-server", "openssh-client", "python3", "python3-venv", "python3-dev", "g++", "python3-apt", "python3-packaging",
-    "pdsh", "rsync", "sudo", "procps", "iproute2", "ca-certificates", "netbase", "less",
+    "pdsh", "rsync", "sudo", "procps", "iproute2", "ca-certificates", "netbase", "less", "cron",
     # The nfs role's packages (server and client), so its tests need no apt mirror.
     "nfs-kernel-server", "nfs-common",
 ]

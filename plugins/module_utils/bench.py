@@ -19,6 +19,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import math
+import os
 
 # name: (unit, higher is better)
 METRICS = {
@@ -53,18 +54,23 @@ def _positive(slot, key):
 
 def slot_rates(slot):
     """The rates of one slot: samples/s and tokens/s over its wall time, prompt tokens/s over its
-    prefill time, generated tokens/s over its decode time."""
+    prefill time, generation tokens/s over its decode time.
+
+    The decode time makes ``decode_tokens`` tokens (the first generated token of a sample comes out
+    of its prefill); a result without that key counts every generated token.
+    """
     wall = _positive(slot, "wall_s")
     samples = int(slot.get("samples") or 0)
     prompt = int(slot.get("prompt_tokens") or 0)
     gen = int(slot.get("generated_tokens") or 0)
+    decoded = int(slot.get("decode_tokens", gen) or 0)
     prefill = _positive(slot, "prefill_s") if prompt else None
-    decode = _positive(slot, "decode_s") if gen else None
+    decode = _positive(slot, "decode_s") if decoded else None
     return {
         "samples_per_s": samples / wall,
         "tokens_per_s": (prompt + gen) / wall,
         "prompt_tokens_per_s": prompt / prefill if prefill else 0.0,
-        "generation_tokens_per_s": gen / decode if decode else 0.0,
+        "generation_tokens_per_s": decoded / decode if decode else 0.0,
     }
 
 
@@ -124,7 +130,7 @@ def aggregate(slots, single=None):
     latencies = [float(x) for slot in slots for x in (slot.get("latencies_s") or [])]
     latency = {"latency_p50_s": percentile(latencies, 50), "latency_p90_s": percentile(latencies, 90),
                "latency_p99_s": percentile(latencies, 99), "samples": len(latencies)}
-    out = {"slots": rows, "nodes": per_node, "total": total, "latency": latency,
+    out = {"slots": rows, "nodes": per_node, "total": total, "latency": latency, "latencies_s": latencies,
            "engines": sorted(set(str(r["engine"]) for r in rows)), "single": None, "scaling_efficiency": None}
     if single:
         base = dict(slot_rates(single))
@@ -202,28 +208,338 @@ def _num(v):
 
 
 def format_compare(rows, name_a="A", name_b="B"):
-    lines = ["%-26s %14s %14s %10s" % ("metric", name_a[:14], name_b[:14], "change")]
+    width = max(14, len(name_a), len(name_b))
+    row = "%-26s %" + str(width) + "s %" + str(width) + "s %s"
+    lines = [row % ("metric", name_a, name_b, "change")]
     for r in rows:
         change = "-" if r["change_pct"] is None else "%+.1f%%%s" % (
             r["change_pct"], "" if r["better"] is None else (" better" if r["better"] else " worse"))
-        lines.append("%-26s %14s %14s %10s" % (r["metric"], _num(r["a"]), _num(r["b"]), change))
+        lines.append(row % (r["metric"], _num(r["a"]), _num(r["b"]), change))
     return "\n".join(lines)
 
 
-def format_history(entries, rows):
-    """The history as text: one line per run, then the last run against the median of the others."""
-    lines = ["%-28s %12s %12s %12s %8s" % ("run", "samples/s", "tokens/s", "p90 lat(s)", "eff")]
-    for e in entries:
-        m = e.get("metrics", {})
-        lines.append("%-28s %12s %12s %12s %8s" % (e.get("run_id"), _num(m.get("samples_per_s")),
-                                                    _num(m.get("tokens_per_s")), _num(m.get("latency_p90_s")),
-                                                    _num(m.get("scaling_efficiency"))))
-    flagged = [r for r in rows if r["flagged"]]
+def assign(hosts, n_samples):
+    """Split sample indexes 0..n_samples-1 over the slots of the hosts, round robin.
+
+    ``hosts``: ``[[host, slots], ...]`` in hostfile order (the same layout as a training run).
+    Global slot k takes samples k, k + T, k + 2T ... (T slots in all), so every slot's share
+    differs by one sample at most.  The single-slot baseline is the first host's first slot with
+    every sample.  Returns ``{"slots": T, "single": {host: [slot]}, "parallel": {host: [slot...]}}``
+    where a slot is ``{"slot", "local_slot", "samples"}``.
+    """
+    layout = []
+    seen = set()
+    for item in hosts or []:
+        host, count = item[0], item[1]
+        if host in seen:
+            raise BenchError("host %s is listed twice" % host)
+        seen.add(host)
+        try:
+            count = int(count)
+        except (TypeError, ValueError):
+            raise BenchError("host %s: slots=%r is not a whole number" % (host, count))
+        if count < 1:
+            raise BenchError("host %s: slots=%r must be at least 1" % (host, count))
+        layout.append((host, count))
+    if not layout:
+        raise BenchError("no worker has a slot: nothing to benchmark on")
+    total = sum(item[1] for item in layout)
+    try:
+        n_samples = int(n_samples)
+    except (TypeError, ValueError):
+        raise BenchError("samples=%r is not a whole number" % (n_samples,))
+    if n_samples < total:
+        raise BenchError("samples=%d is fewer than the %d slots: every slot needs a sample. Fix: -e samples=%d or more"
+                         % (n_samples, total, total))
+    parallel = {}
+    index = 0
+    for host, count in layout:
+        parallel[host] = []
+        for local in range(count):
+            parallel[host].append({"slot": index, "local_slot": local,
+                                   "samples": list(range(index, n_samples, total))})
+            index += 1
+    first = layout[0][0]
+    single = {first: [{"slot": 0, "local_slot": 0, "samples": list(range(n_samples))}]}
+    return {"slots": total, "single": single, "parallel": parallel}
+
+
+def parse_loadgen_summary(text):
+    """The figures of an mlperf_log_summary.txt: scenario, mode, samples/s, VALID or INVALID and why.
+
+    Returns ``{"scenario", "mode", "samples_per_s", "result", "checks": {name: bool}, "invalid_reasons",
+    "warnings", "errors"}``; ``result`` is None when the text is not a LoadGen summary.
+    """
+    out = {"scenario": None, "mode": None, "samples_per_s": None, "result": None, "checks": {},
+           "invalid_reasons": [], "warnings": False, "errors": False}
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if ":" not in line:
+            continue
+        key, value = [x.strip() for x in line.split(":", 1)]
+        low = key.lower()
+        if low == "scenario":
+            out["scenario"] = value
+        elif low == "mode":
+            out["mode"] = value
+        elif low == "samples per second":
+            try:
+                out["samples_per_s"] = float(value)
+            except ValueError:
+                pass
+        elif low == "result is":
+            out["result"] = value.upper()
+        elif low.endswith("satisfied") and value.lower() in ("yes", "no"):
+            out["checks"][key] = value.lower() == "yes"
+            if value.lower() == "no":
+                out["invalid_reasons"].append("%s: NO" % key)
+    text = text or ""
+    out["warnings"] = "No warnings encountered" not in text and "warning" in text.lower()
+    out["errors"] = "No errors encountered" not in text and "error" in text.lower()
+    return out
+
+
+def loadgen_overview(parsed):
+    """One verdict over the slots' LoadGen summaries (``{slot: parsed}``): VALID only when every slot is."""
+    if not parsed:
+        return {"used": False, "result": None, "samples_per_s": None, "slots": {}, "invalid_reasons": []}
+    reasons = []
+    for slot in sorted(parsed, key=int):
+        p = parsed[slot]
+        if p.get("result") != "VALID":
+            why = "; ".join(p.get("invalid_reasons") or []) or ("no summary" if p.get("result") is None else "")
+            reasons.append("slot %s: %s%s" % (slot, p.get("result") or "missing", (" (%s)" % why) if why else ""))
+    rates = [p.get("samples_per_s") for p in parsed.values()]
+    return {"used": True, "result": "INVALID" if reasons else "VALID",
+            "samples_per_s": sum(rates) if all(r is not None for r in rates) else None,
+            "slots": dict((str(k), v) for k, v in parsed.items()), "invalid_reasons": reasons}
+
+
+def settings_key(summary):
+    """What makes two runs comparable: the model, the work per sample and the sample count, the slots."""
+    settings = summary.get("settings") or {}
+    layout = ",".join("%s:%s" % (h[0], h[1]) for h in summary.get("hosts") or [])
+    return "model=%s samples=%s max_new_tokens=%s prompt_chars=%s prompts_file=%s slots=%s" % (
+        summary.get("model_path") or summary.get("model"), settings.get("samples"), settings.get("max_new_tokens"),
+        settings.get("prompt_chars"), settings.get("prompts_file") or "-", layout)
+
+
+def history_entry(summary):
+    """What the history keeps of one run's summary."""
+    agg = summary.get("aggregate") or {}
+    total = agg.get("total") or {}
+    return {"run_id": summary.get("run_id"), "time": summary.get("finished") or summary.get("started"),
+            "trigger": summary.get("trigger"), "status": summary.get("status"), "model": summary.get("model"),
+            "key": settings_key(summary), "engines": agg.get("engines") or [], "slots": total.get("slots"),
+            "nodes": total.get("nodes"),
+            "metrics": headline(agg) if summary.get("status") == "success" and agg else {}}
+
+
+def comparable(entries, key):
+    """The successful entries with figures that ran with the same settings (an entry without a key matches any)."""
+    return [e for e in entries if e.get("status", "success") == "success" and e.get("metrics")
+            and (key is None or e.get("key") in (None, key))]
+
+
+def trend(entries, threshold_pct=10.0):
+    """Every successful run of a history against the median of the successful runs before it that ran
+    with the same settings (``settings_key``: the same model, samples, tokens and slots).
+
+    Returns one row per run: ``{"run_id", "time", "metrics", "previous", "flagged": [metric...],
+    "checks": [regressions rows]}``; the first run has nothing to compare with.
+    """
+    ok = comparable(entries, None)
+    rows = []
+    for i, entry in enumerate(ok):
+        previous = comparable(ok[:i], entry.get("key"))
+        checks = regressions(previous, entry["metrics"], threshold_pct) if previous else []
+        rows.append({"run_id": entry.get("run_id"), "time": entry.get("time"), "metrics": entry["metrics"],
+                     "key": entry.get("key"), "previous": len(previous), "checks": checks,
+                     "flagged": [c["metric"] for c in checks if c["flagged"]]})
+    return rows
+
+
+def format_history(entries, threshold_pct=10.0):
+    """The history as text: a line per run with its flags, the trend per metric, and the verdict on the last run."""
+    rows = trend(entries, threshold_pct)
+    failed = [e for e in entries if e.get("status", "success") != "success" or not e.get("metrics")]
+    header = ("run", "samples/s", "tokens/s", "gen tok/s", "p90 lat s", "eff", "vs median of previous runs")
+    lines = ["%-30s %11s %11s %11s %11s %7s  %s" % header]
+    for r in rows:
+        m = r["metrics"]
+        flags = ", ".join("%s %+.1f%%" % (c["metric"], c["change_pct"]) for c in r["checks"] if c["flagged"])
+        note = "first run with its settings" if not r["previous"] else ("DROP: " + flags if flags else "ok")
+        lines.append("%-30s %11s %11s %11s %11s %7s  %s" % (
+            r["run_id"], _num(m.get("samples_per_s")), _num(m.get("tokens_per_s")),
+            _num(m.get("generation_tokens_per_s")), _num(m.get("latency_p90_s")),
+            _num(m.get("scaling_efficiency")), note))
+    for e in failed:
+        lines.append("%-30s %11s  %s" % (e.get("run_id"), "-", "run %s" % (e.get("status") or "without metrics")))
     lines.append("")
-    if flagged:
-        for r in flagged:
-            lines.append("REGRESSION %s: %s vs median %s of %d run(s) (%+.1f%%)" % (
-                r["metric"], _num(r["value"]), _num(r["median"]), r["runs"], r["change_pct"]))
+    lines.append("Trend per metric (oldest -> newest):")
+    for metric, (unit, _higher) in METRICS.items():
+        values = [_num(r["metrics"].get(metric)) for r in rows]
+        lines.append("  %-24s %s%s" % (metric, " -> ".join(values) or "-", (" " + unit) if unit else ""))
+    lines.append("")
+    if not rows:
+        lines.append("no successful run yet")
+    elif not rows[-1]["previous"]:
+        lines.append("the last run is the first with its settings (%s): nothing to compare with yet" % rows[-1]["key"])
+    elif rows[-1]["flagged"]:
+        for c in rows[-1]["checks"]:
+            if c["flagged"]:
+                lines.append("REGRESSION %s: %s vs median %s of %d previous run(s) (%+.1f%%, threshold %g%%)" % (
+                    c["metric"], _num(c["value"]), _num(c["median"]), c["runs"], c["change_pct"], threshold_pct))
     else:
-        lines.append("no regression against the median of the previous runs")
+        lines.append("no drop of more than %g%% against the median of the %d previous run(s)"
+                     % (threshold_pct, rows[-1]["previous"]))
     return "\n".join(lines)
+
+
+def markdown(summary, plots=None):
+    """report.md of one benchmark run: settings, totals, nodes, slots, latency, efficiency, LoadGen."""
+    agg = summary.get("aggregate") or {}
+    total = agg.get("total") or {}
+    lines = ["# Benchmark %s" % summary.get("run_id"), "",
+             "- status: **%s**%s" % (summary.get("status"),
+                                     (" - " + summary["error"]) if summary.get("error") else ""),
+             "- model: %s; engine: %s (%s)" % (summary.get("model"), ", ".join(agg.get("engines") or []) or "-",
+                                               summary.get("engine_reason") or "-"),
+             "- samples: %s, max new tokens: %s, trigger: %s" % (
+                 (summary.get("settings") or {}).get("samples"), (summary.get("settings") or {}).get("max_new_tokens"),
+                 summary.get("trigger")), ""]
+    if not total:
+        return "\n".join(lines) + "\n"
+    lines += ["## Throughput", "",
+              "| | slots | samples | samples/s | tokens/s | prompt tok/s | generation tok/s |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for host in sorted(agg.get("nodes") or {}):
+        n = agg["nodes"][host]
+        lines.append("| %s | %d | %d | %s | %s | %s | %s |" % (
+            host, n["slots"], n["samples"], _num(n["samples_per_s"]), _num(n["tokens_per_s"]),
+            _num(n["prompt_tokens_per_s"]), _num(n["generation_tokens_per_s"])))
+    lines.append("| **total** | %d | %d | **%s** | **%s** | %s | %s |" % (
+        total["slots"], total["samples"], _num(total["samples_per_s"]), _num(total["tokens_per_s"]),
+        _num(total["prompt_tokens_per_s"]), _num(total["generation_tokens_per_s"])))
+    lines += ["", "Per slot:", "", "| slot | host | local | engine | device | samples | wall s | samples/s | tokens/s |",
+              "|---:|---|---:|---|---|---:|---:|---:|---:|"]
+    for r in agg.get("slots") or []:
+        lines.append("| %s | %s | %s | %s | %s | %d | %s | %s | %s |" % (
+            r["slot"], r["host"], r["local_slot"], r["engine"], r["device"], r["samples"], _num(r["wall_s"]),
+            _num(r["samples_per_s"]), _num(r["tokens_per_s"])))
+    lat = agg.get("latency") or {}
+    lines += ["", "## Latency per sample", "", "p50 %s s, p90 %s s, p99 %s s over %s samples" % (
+        _num(lat.get("latency_p50_s")), _num(lat.get("latency_p90_s")), _num(lat.get("latency_p99_s")),
+        lat.get("samples"))]
+    single = agg.get("single")
+    lines += ["", "## Scaling", ""]
+    if single:
+        lines.append("One slot alone (%s, same %d samples): %s samples/s. Total %s samples/s over %d slots: "
+                     "scaling efficiency %s = %s / (%d x %s)." % (
+                         single.get("host"), single["samples"], _num(single["samples_per_s"]),
+                         _num(total["samples_per_s"]), total["slots"], _num(agg.get("scaling_efficiency")),
+                         _num(total["samples_per_s"]), total["slots"], _num(single["samples_per_s"])))
+    else:
+        lines.append("No single-slot run: no scaling efficiency.")
+    lg = summary.get("loadgen") or {}
+    lines += ["", "## MLPerf LoadGen (Offline)", ""]
+    if lg.get("used"):
+        lines.append("Result: **%s**, %s samples/s (sum over the slots)."
+                     % (lg.get("result"), _num(lg.get("samples_per_s"))))
+        for reason in lg.get("invalid_reasons") or []:
+            lines.append("- %s" % reason)
+    else:
+        lines.append("Not used: %s" % (lg.get("reason") or "mlperf_loadgen is not installed on the workers"))
+    regs = summary.get("regressions") or []
+    flagged = [r for r in regs if r.get("flagged")]
+    if regs:
+        lines += ["", "## Against the history", ""]
+        if flagged:
+            for r in flagged:
+                lines.append("- **REGRESSION** %s: %s vs median %s (%+.1f%%)" % (
+                    r["metric"], _num(r["value"]), _num(r["median"]), r["change_pct"]))
+        else:
+            lines.append("No drop beyond the threshold against the median of %d previous run(s)." % regs[0]["runs"])
+    for path in plots or []:
+        lines += ["", "![%s](%s)" % (os.path.basename(path), path)]
+    return "\n".join(lines) + "\n"
+
+
+def plot_run(agg, out_dir):
+    """throughput.png (samples/s and tokens/s per slot, grouped by node, with the total) and latency.png
+    (the per-sample latency distribution); matplotlib is imported here."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not agg or not agg.get("slots"):
+        return []
+    if not os.path.isdir(out_dir):
+        os.makedirs(out_dir)
+    paths = []
+    rows = agg["slots"]
+    labels = ["%s/%s" % (r["host"], r["local_slot"]) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, key, title in ((axes[0], "samples_per_s", "samples/s"), (axes[1], "tokens_per_s", "tokens/s")):
+        ax.bar(labels, [r[key] for r in rows], color="tab:blue")
+        single = (agg.get("single") or {}).get(key)
+        if single:
+            ax.axhline(single, color="tab:orange", linestyle="--", label="one slot alone")
+            ax.legend(fontsize="small")
+        ax.set_title("%s per slot (total %.4g)" % (title, agg["total"][key]))
+        ax.tick_params(axis="x", labelrotation=30, labelsize="small")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "throughput.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    paths.append(path)
+    latencies = agg.get("latencies_s") or []
+    if latencies:
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ax.hist(latencies, bins=min(30, max(5, len(latencies) // 2)), color="tab:green")
+        lat = agg.get("latency") or {}
+        for q in ("latency_p50_s", "latency_p90_s", "latency_p99_s"):
+            if lat.get(q) is not None:
+                ax.axvline(lat[q], linestyle="--", color="black", alpha=0.6)
+        ax.set_title("latency per sample (s): p50 %s, p90 %s, p99 %s" % (
+            _num(lat.get("latency_p50_s")), _num(lat.get("latency_p90_s")), _num(lat.get("latency_p99_s"))))
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "latency.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def plot_history(rows, out_dir):
+    """history.png: the trend of the main metrics over the runs, flagged runs marked in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not rows:
+        return []
+    if not os.path.isdir(out_dir):
+        os.makedirs(out_dir)
+    metrics = ("samples_per_s", "tokens_per_s", "latency_p90_s", "scaling_efficiency")
+    fig, axes = plt.subplots(2, 2, figsize=(10, 5.5))
+    xs = list(range(1, len(rows) + 1))
+    for ax, metric in zip([a for line in axes for a in line], metrics):
+        ys = [r["metrics"].get(metric) for r in rows]
+        pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
+        bad = [(x, y) for x, y, r in zip(xs, ys, rows) if y is not None and metric in r["flagged"]]
+        if bad:
+            ax.scatter([p[0] for p in bad], [p[1] for p in bad], color="red", zorder=3, label="drop vs median")
+            ax.legend(fontsize="small")
+        ax.set_title("%s (%s)" % (metric, METRICS[metric][0] or "ratio"))
+        ax.set_xlabel("run")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "history.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return [path]

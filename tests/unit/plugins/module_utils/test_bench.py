@@ -17,6 +17,14 @@ def test_slot_rates():
                  "generation_tokens_per_s": 160.0 / 1.5}
 
 
+def test_generation_rate_counts_the_tokens_of_the_decode_time():
+    s = dict(slot("w1", 0), decode_tokens=150)      # 10 samples x 16 tokens, the first of each from the prefill
+    assert bench.slot_rates(s)["generation_tokens_per_s"] == pytest.approx(150 / 1.5)
+    assert bench.slot_rates(s)["tokens_per_s"] == pytest.approx((400 + 160) / 2.0)
+    one = dict(slot("w1", 0, gen=10, decode=0.0), decode_tokens=0)   # max_new_tokens=1: no decode step
+    assert bench.slot_rates(one)["generation_tokens_per_s"] == 0.0
+
+
 @pytest.mark.parametrize("key, value", [("wall_s", 0), ("wall_s", None), ("prefill_s", -1), ("decode_s", "x")])
 def test_slot_rates_refuse_bad_times(key, value):
     s = slot("w1", 0)
@@ -123,8 +131,135 @@ def test_compare_side_by_side():
 
 
 def test_history_text_names_the_regression():
-    history = [entry("a", 10.0), entry("b", 10.0)]
-    rows = bench.regressions(history, entry("c", 5.0)["metrics"], 10)
-    text = bench.format_history(history + [entry("c", 5.0)], rows)
-    assert "REGRESSION samples_per_s: 5 vs median 10 of 2 run(s) (-50.0%)" in text
-    assert "no regression" in bench.format_history(history, bench.regressions(history[:1], history[1]["metrics"]))
+    history = [entry("a", 10.0), entry("b", 10.0), entry("c", 5.0)]
+    text = bench.format_history(history, 10)
+    assert "REGRESSION samples_per_s: 5 vs median 10 of 2 previous run(s) (-50.0%, threshold 10%)" in text
+    assert "DROP: samples_per_s -50.0%" in text
+    assert "samples_per_s            10 -> 10 -> 5 samples/s" in text
+    ok = bench.format_history(history[:2], 10)
+    assert "no drop of more than 10% against the median of the 1 previous run(s)" in ok and "REGRESSION" not in ok
+    assert "first run with its settings" in bench.format_history(history[:1])
+    assert "nothing to compare" in bench.format_history(history[:1])
+    assert "no successful run yet" in bench.format_history([])
+
+
+def test_trend_judges_every_run_against_the_runs_before_it():
+    history = [entry("a", 10.0), entry("b", 20.0), {"run_id": "x", "status": "failed", "metrics": {}},
+               entry("c", 14.0), entry("d", 13.0)]
+    rows = bench.trend(history, 10)
+    assert [r["run_id"] for r in rows] == ["a", "b", "c", "d"]          # the failed run has no figures
+    assert [r["previous"] for r in rows] == [0, 1, 2, 3]
+    assert rows[0]["flagged"] == [] and rows[1]["flagged"] == []        # 20 vs 10: better
+    assert rows[2]["flagged"] == []                                     # 14 vs median 15: -6.7 %
+    assert rows[3]["flagged"] == []                                     # 13 vs median 14: -7.1 %
+    assert bench.trend(history, 5)[3]["flagged"] == ["samples_per_s", "tokens_per_s"]
+    assert bench.trend(history, 7.5)[3]["flagged"] == []
+
+
+def test_only_runs_with_the_same_settings_are_compared():
+    def keyed(run_id, sps, key):
+        return dict(entry(run_id, sps), key=key)
+    history = [keyed("a", 30.0, "samples=8"), keyed("b", 10.0, "samples=4"), keyed("c", 29.0, "samples=8"),
+               keyed("d", 9.0, "samples=4")]
+    rows = dict((r["run_id"], r) for r in bench.trend(history, 10))
+    assert rows["b"]["previous"] == 0 and rows["b"]["flagged"] == []     # 10 vs 30, but other settings
+    assert rows["c"]["previous"] == 1 and rows["c"]["flagged"] == []
+    assert rows["d"]["previous"] == 1 and rows["d"]["flagged"] == []     # -10 %: not more than the threshold
+    assert bench.trend(history, 5)[3]["flagged"] == ["samples_per_s", "tokens_per_s"]
+    text = bench.format_history(history[:2], 10)
+    assert "the last run is the first with its settings (samples=4): nothing to compare with yet" in text
+    summary = {"model": "llama-tiny", "settings": {"samples": 8, "max_new_tokens": 16, "prompt_chars": 256},
+               "hosts": [["w1", 1], ["w2", 2]]}
+    assert bench.settings_key(summary) == ("model=llama-tiny samples=8 max_new_tokens=16 prompt_chars=256 "
+                                           "prompts_file=- slots=w1:1,w2:2")
+    assert bench.comparable([history[0], {"run_id": "old", "metrics": {"x": 1}}], "samples=4") == [
+        {"run_id": "old", "metrics": {"x": 1}}]
+
+
+def test_assign_splits_round_robin_over_the_hostfile_slots():
+    a = bench.assign([["w1", 2], ["w2", 1]], 7)
+    assert a["slots"] == 3
+    assert a["parallel"] == {"w1": [{"slot": 0, "local_slot": 0, "samples": [0, 3, 6]},
+                                    {"slot": 1, "local_slot": 1, "samples": [1, 4]}],
+                             "w2": [{"slot": 2, "local_slot": 0, "samples": [2, 5]}]}
+    assert a["single"] == {"w1": [{"slot": 0, "local_slot": 0, "samples": list(range(7))}]}
+    shares = sorted(i for slots in a["parallel"].values() for s in slots for i in s["samples"])
+    assert shares == list(range(7))
+
+
+@pytest.mark.parametrize("hosts, n, msg", [
+    ([["w1", 2], ["w2", 2]], 3, "samples=3 is fewer than the 4 slots.*-e samples=4"),
+    ([], 3, "no worker has a slot"),
+    ([["w1", 0]], 3, "host w1: slots=0"),
+    ([["w1", "x"]], 3, "host w1: slots='x'"),
+    ([["w1", 1], ["w1", 1]], 3, "w1 is listed twice"),
+    ([["w1", 1]], "many", "samples='many'"),
+])
+def test_assign_refuses(hosts, n, msg):
+    with pytest.raises(BenchError, match=msg):
+        bench.assign(hosts, n)
+
+
+LOADGEN_VALID = """================================================
+MLPerf Results Summary
+================================================
+SUT name : PySUT
+Scenario : Offline
+Mode     : PerformanceOnly
+Samples per second: 98.6009
+Result is : VALID
+  Min duration satisfied : Yes
+  Min queries satisfied : Yes
+  Early stopping satisfied: Yes
+
+No warnings encountered during test.
+
+No errors encountered during test.
+"""
+
+
+def test_loadgen_summary_valid():
+    p = bench.parse_loadgen_summary(LOADGEN_VALID)
+    assert p["scenario"] == "Offline" and p["mode"] == "PerformanceOnly" and p["result"] == "VALID"
+    assert p["samples_per_s"] == pytest.approx(98.6009)
+    assert p["checks"] == {"Min duration satisfied": True, "Min queries satisfied": True,
+                           "Early stopping satisfied": True}
+    assert p["invalid_reasons"] == [] and not p["warnings"] and not p["errors"]
+
+
+def test_loadgen_summary_invalid_says_why():
+    text = LOADGEN_VALID.replace("Result is : VALID", "Result is : INVALID").replace(
+        "Min duration satisfied : Yes", "Min duration satisfied : NO")
+    p = bench.parse_loadgen_summary(text)
+    assert p["result"] == "INVALID" and p["invalid_reasons"] == ["Min duration satisfied: NO"]
+    assert bench.parse_loadgen_summary("not a summary")["result"] is None
+
+
+def test_loadgen_overview_is_valid_only_when_every_slot_is():
+    ok = bench.parse_loadgen_summary(LOADGEN_VALID)
+    bad = bench.parse_loadgen_summary(LOADGEN_VALID.replace("Result is : VALID", "Result is : INVALID").replace(
+        "Min queries satisfied : Yes", "Min queries satisfied : NO"))
+    o = bench.loadgen_overview({"0": ok, "1": ok})
+    assert o["used"] and o["result"] == "VALID" and o["samples_per_s"] == pytest.approx(2 * 98.6009)
+    o = bench.loadgen_overview({"0": ok, "1": bad})
+    assert o["result"] == "INVALID" and o["invalid_reasons"] == ["slot 1: INVALID (Min queries satisfied: NO)"]
+    assert bench.loadgen_overview({})["used"] is False
+
+
+def test_history_entry_and_markdown_from_a_summary():
+    slots = [slot("w1", 0), slot("w2", 1)]
+    agg = bench.aggregate(slots, slot("w1", 0, samples=20, wall=4.0))
+    summary = {"run_id": "r1", "status": "success", "finished": 1.0, "trigger": "schedule", "model": "llama-tiny",
+               "aggregate": agg, "settings": {"samples": 20, "max_new_tokens": 16},
+               "loadgen": bench.loadgen_overview({"0": bench.parse_loadgen_summary(LOADGEN_VALID)}),
+               "regressions": bench.regressions([entry("a", 20.0)], bench.headline(agg), 10)}
+    e = bench.history_entry(summary)
+    assert e["metrics"]["samples_per_s"] == pytest.approx(10.0) and e["slots"] == 2 and e["nodes"] == 2
+    assert e["metrics"]["scaling_efficiency"] == pytest.approx(1.0)
+    md = bench.markdown(summary, ["plots/throughput.png"])
+    assert "| **total** | 2 | 20 | **10** |" in md and "| w1 | 1 | 10 | 5 |" in md
+    assert "scaling efficiency 1 = 10 / (2 x 5)" in md and "Result: **VALID**" in md
+    assert "**REGRESSION** samples_per_s: 10 vs median 20 (-50.0%)" in md and "![throughput.png](plots/throughput.png)" in md
+    failed = dict(summary, status="failed", aggregate={}, error="worker2: exit 1")
+    assert bench.history_entry(failed)["metrics"] == {}
+    assert "status: **failed** - worker2: exit 1" in bench.markdown(failed)
