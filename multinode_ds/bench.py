@@ -47,7 +47,7 @@ DEFAULTS = {
     "hosts": [],
     "python": sys.executable,
     "launcher": "ssh",
-    "ssh_options": ["-o", "BatchMode=yes"],
+    "ssh_options": ["-o", "BatchMode=yes", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"],
     "env": {},
     "model": "llama-tiny",
     "model_path": "",
@@ -137,6 +137,9 @@ def make_prompts(cfg):
                     continue
                 if cfg["prompts_file"].endswith(".jsonl"):
                     item = json.loads(line)
+                    if not isinstance(item, dict):
+                        raise Failed("prompts_file %s: each line must be a JSON object with \"prompt\" or \"text\""
+                                     % cfg["prompts_file"])
                     line = item.get("prompt") or item.get("text") or ""
                 if line:
                     texts.append(line)
@@ -226,6 +229,8 @@ def run_phase(cfg, run_dir, work, phase, layout, deadline):
     last = last_write = 0.0
     try:
         while True:
+            if STOP:
+                raise Failed(STOP[0])
             codes = dict((h, p.poll()) for h, p in procs.items())
             bad = [h for h, c in codes.items() if c not in (None, 0)]
             if bad:
@@ -288,13 +293,22 @@ def history_paths(bench_dir):
 
 
 def read_history(path):
+    """The history's entries; a line that is not a JSON object (a torn write) is skipped with a warning."""
     entries = []
     try:
         with open(path) as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 line = line.strip()
-                if line:
-                    entries.append(json.loads(line))
+                if not line:
+                    continue
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    entry = None
+                if isinstance(entry, dict):
+                    entries.append(entry)
+                else:
+                    log("%s line %d is not a history entry; skipped" % (path, number))
     except FileNotFoundError:
         pass
     return entries
@@ -313,11 +327,38 @@ def write_history_report(bench_dir, threshold_pct, history_file=None, write=True
     return text
 
 
+def open_lock(path):
+    try:
+        return open(path, "a")
+    except OSError as exc:
+        raise BadSettings("cannot open %s (%s): the benchmark runs as %s; give that account the benchmark directory "
+                          "(chown -R %s %s)" % (path, exc.strerror, _user(), _user(), path.parent))
+
+
+def _user():
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+def clear_stale(run_dir):
+    """A run directory left by a run that died (no summary.json): its barrier and results are stale."""
+    for pattern in ("ready/*", "go-*", "slots/*", "progress/*", "progress.json"):
+        for path in glob.glob(str(run_dir / pattern)):
+            os.unlink(path)
+
+
 def run(cfg, run_id, trigger):
     bc = core()
     bench_dir = Path(cfg["bench_dir"])
-    bench_dir.mkdir(parents=True, exist_ok=True)
-    lock = open(bench_dir / ".lock", "w")
+    try:
+        bench_dir.mkdir(parents=True, exist_ok=True)
+        lock = open_lock(bench_dir / ".lock")
+    except (OSError, BadSettings) as exc:
+        log("%s" % exc)
+        return 2
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -328,8 +369,6 @@ def run(cfg, run_id, trigger):
     if (run_dir / "summary.json").exists():
         log("run %s exists already (%s): choose another run id" % (run_id, run_dir))
         return 2
-    for sub in ("logs", "slots", "ready", "progress", "loadgen"):
-        (run_dir / sub).mkdir(parents=True, exist_ok=True)
     started = time.time()
     summary = {"run_id": run_id, "kind": "benchmark", "trigger": trigger, "status": "running", "error": None,
                "started": started, "finished": None, "coordinator": socket.gethostname(), "model": cfg["model"],
@@ -340,6 +379,9 @@ def run(cfg, run_id, trigger):
                "hosts": cfg["hosts"], "run_dir": str(run_dir)}
     code = 0
     try:
+        for sub in ("logs", "slots", "ready", "progress", "loadgen"):
+            (run_dir / sub).mkdir(parents=True, exist_ok=True)
+        clear_stale(run_dir)
         try:
             plan = bc.assign(cfg["hosts"], cfg["samples"])
         except bc.BenchError as exc:
@@ -362,37 +404,50 @@ def run(cfg, run_id, trigger):
         summary["loadgen"] = loadgen_results(bc, parallel)
         summary["metrics"] = bc.headline(agg)
         summary["status"] = "success"
-    except (Failed, KeyboardInterrupt, OSError, ValueError, bc.BenchError) as exc:
+    except Exception as exc:  # pylint: disable=broad-except  # every failure is recorded, with its reason
         summary["status"] = "failed"
-        summary["error"] = str(exc) if not isinstance(exc, KeyboardInterrupt) else "interrupted (Ctrl-C)"
-        if isinstance(exc, (OSError, ValueError)):
-            summary["error"] = "%s: %s" % (type(exc).__name__, exc)
-        log("FAILED: %s" % summary["error"])
+        summary["error"] = str(exc) if isinstance(exc, (Failed, bc.BenchError)) else "%s: %s" % (
+            type(exc).__name__, exc)
         code = 1
+    except KeyboardInterrupt:
+        summary["status"] = "failed"
+        summary["error"] = "interrupted (Ctrl-C)"
+        code = 1
+    if code:
+        log("FAILED: %s" % summary["error"])
     summary["finished"] = time.time()
     summary["wall_s"] = round(summary["finished"] - started, 2)
     summary["node_logs"] = sorted(os.path.relpath(p, run_dir) for p in glob.glob(str(run_dir / "logs" / "*.log")))
-    jsonl, _md, _js = history_paths(bench_dir)
-    with open(bench_dir / "history.lock", "w") as hl:
-        fcntl.flock(hl, fcntl.LOCK_EX)
-        previous = read_history(jsonl)
-        if summary["status"] == "success":
-            ok = bc.comparable(previous, bc.settings_key(summary))
-            summary["regressions"] = bc.regressions(ok, summary["metrics"], cfg["threshold_pct"])
-            summary["history_runs"] = len(ok)
-        write_json(run_dir / "summary.json", summary)
-        with open(jsonl, "a") as f:
-            f.write(json.dumps(bc.history_entry(summary), sort_keys=True) + "\n")
-        history_text = write_history_report(bench_dir, cfg["threshold_pct"])
+    # The run's own record first: a history that cannot be read or written does not lose it.
+    write_json(run_dir / "summary.json", summary)
+    jsonl = history_paths(bench_dir)[0]
+    history_text = ""
+    previous = []
+    try:
+        with open_lock(bench_dir / "history.lock") as hl:
+            fcntl.flock(hl, fcntl.LOCK_EX)
+            previous = read_history(jsonl)
+            if summary["status"] == "success":
+                ok = bc.comparable(previous, bc.settings_key(summary))
+                summary["regressions"] = bc.regressions(ok, summary["metrics"], cfg["threshold_pct"])
+                summary["history_runs"] = len(ok)
+                write_json(run_dir / "summary.json", summary)
+            with open(jsonl, "a") as f:
+                f.write(json.dumps(bc.history_entry(summary), sort_keys=True) + "\n")
+            history_text = write_history_report(bench_dir, cfg["threshold_pct"])
+    except (OSError, BadSettings) as exc:
+        log("the history %s was not updated: %s" % (jsonl, exc))
+        code = code or 1
     (run_dir / "report.md").write_text(bc.markdown(summary))
-    if code == 0:
+    if summary["status"] == "success":
         log(headline_line(summary))
         flagged = [r["metric"] for r in summary.get("regressions") or [] if r["flagged"]]
         if flagged:
             log("REGRESSION against the median of the previous runs: %s (history: %s)"
                 % (", ".join(flagged), bench_dir / "history.md"))
     log("summary: %s" % (run_dir / "summary.json"))
-    log("history (%d run(s)):\n%s" % (len(previous) + 1, history_text))
+    if history_text:
+        log("history (%d run(s)):\n%s" % (len(previous) + 1, history_text))
     return code
 
 
@@ -493,8 +548,12 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+STOP = []
+
+
 def _terminated(signum, frame):
-    raise Failed("the driver was stopped (%s)" % signal.Signals(signum).name)
+    """TERM: the phase loop fails the run at its next look (never in the middle of a cleanup)."""
+    STOP.append("the driver was stopped (%s)" % signal.Signals(signum).name)
 
 
 def main(argv=None):

@@ -592,8 +592,22 @@ def say(msg: str) -> None:
         os.close(devnull)
 
 
+def die_with_parent() -> None:
+    """Linux: TERM this slot when its node process dies, even by SIGKILL (nothing is left running)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the node process died before the line above
+        raise SystemExit(143)
+
+
 def slot_main(args) -> int:
     where = f"bench_worker: host {args.host} slot {args.slot} (phase {args.phase})"
+    die_with_parent()
     try:
         run_slot(args)
     except BenchError as exc:

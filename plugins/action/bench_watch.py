@@ -95,5 +95,7 @@ class ActionModule(ActionBase):
         for key in ("rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "cmd"):
             if key in job:
                 result[key] = job[key]
+        if job.get("failed") and job.get("msg"):  # the command itself did not run (no such file, ...)
+            result["job_msg"] = job["msg"]
         result.update(changed=True, elapsed=time.time() - t0)
         return result

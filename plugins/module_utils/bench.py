@@ -127,11 +127,18 @@ def aggregate(slots, single=None):
     total = _sum_rates(per_node.values())
     total["slots"] = len(rows)
     total["nodes"] = len(per_node)
+    # End to end: the whole set from the common start to the last slot's end (the slowest slot sets it; the
+    # sum of rates above does not see a slot that ends late or has one sample more).
+    starts = [float(s["started"]) for s in slots if s.get("started") is not None]
+    ends = [float(s["finished"]) for s in slots if s.get("finished") is not None]
+    total["elapsed_s"] = (max(ends) - min(starts)) if starts and ends and len(ends) == len(slots) else None
+    total["samples_per_s_end_to_end"] = (total["samples"] / total["elapsed_s"]) if total["elapsed_s"] else None
     latencies = [float(x) for slot in slots for x in (slot.get("latencies_s") or [])]
     latency = {"latency_p50_s": percentile(latencies, 50), "latency_p90_s": percentile(latencies, 90),
                "latency_p99_s": percentile(latencies, 99), "samples": len(latencies)}
     out = {"slots": rows, "nodes": per_node, "total": total, "latency": latency, "latencies_s": latencies,
-           "engines": sorted(set(str(r["engine"]) for r in rows)), "single": None, "scaling_efficiency": None}
+           "engines": sorted(set(str(r["engine"]) for r in rows)), "single": None, "scaling_efficiency": None,
+           "scaling_efficiency_end_to_end": None}
     if single:
         base = dict(slot_rates(single))
         base.update(dict((k, int(single.get(k) or 0)) for k in COUNT_KEYS))
@@ -140,6 +147,9 @@ def aggregate(slots, single=None):
         out["single"] = base
         if base["samples_per_s"] > 0:
             out["scaling_efficiency"] = total["samples_per_s"] / (len(rows) * base["samples_per_s"])
+            if total["samples_per_s_end_to_end"]:
+                out["scaling_efficiency_end_to_end"] = (total["samples_per_s_end_to_end"]
+                                                        / (len(rows) * base["samples_per_s"]))
     return out
 
 
@@ -441,6 +451,12 @@ def markdown(summary, plots=None):
                          _num(total["samples_per_s"]), total["slots"], _num(single["samples_per_s"])))
     else:
         lines.append("No single-slot run: no scaling efficiency.")
+    if total.get("elapsed_s"):
+        lines += ["", "End to end: %d samples in %s s from the common start to the last slot's end = %s samples/s%s "
+                  "(the slowest slot sets it; the totals above add the slots' own rates)." % (
+                      total["samples"], _num(total["elapsed_s"]), _num(total["samples_per_s_end_to_end"]),
+                      (", efficiency %s" % _num(agg.get("scaling_efficiency_end_to_end")))
+                      if agg.get("scaling_efficiency_end_to_end") else "")]
     lg = summary.get("loadgen") or {}
     lines += ["", "## MLPerf LoadGen (Offline)", ""]
     if lg.get("used"):

@@ -118,6 +118,11 @@ def _text(summary, history_lines, report):
     single = agg.get("single") or {}
     out.append("  scaling efficiency %s (one slot alone: %s samples/s)" % (
         "%.3f" % eff if eff is not None else "-", "%.4g" % single["samples_per_s"] if single else "-"))
+    if total.get("samples_per_s_end_to_end"):
+        e2e = agg.get("scaling_efficiency_end_to_end")
+        out.append("  end to end: %d samples in %.3g s = %.4g samples/s (the slowest slot sets it)%s" % (
+            total["samples"], total["elapsed_s"], total["samples_per_s_end_to_end"],
+            ", efficiency %.3f" % e2e if e2e is not None else ""))
     lat = agg.get("latency") or {}
     out.append("  latency per sample: p50 %.4g s, p90 %.4g s, p99 %.4g s" % (
         lat["latency_p50_s"], lat["latency_p90_s"], lat["latency_p99_s"]))

@@ -72,12 +72,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 rc:
-  description: The driver's exit code (0 success, 1 the run failed, 2 bad settings, 3 another benchmark running).
+  description: The driver's exit code (0 success, 1 the run failed, 2 bad settings or the run id taken, 3 another
+    benchmark running).
   returned: when the job finished
   type: int
 stdout:
   description: The driver's output (progress lines, the result line, the history).
   returned: when the job finished
+  type: str
+job_msg:
+  description: The job's own error when the command could not run (for example a missing interpreter).
+  returned: when the job failed that way
   type: str
 elapsed:
   description: Seconds waited.

@@ -131,3 +131,16 @@ def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
     res = run_playbook("benchmark_schedule.yml", "-e", "benchmark_schedule_state=absent", name="bench-unschedule")
     assert res.rc == 0, res.tail()
     assert "multinode-benchmark" not in coord("crontab -l -u root", check=False).stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["-e", "model=no-such-model"], "unknown model 'no-such-model'"),
+    (["-e", "samples=1"], "samples=1 is fewer than the 2 slots of worker1, worker2"),
+])
+def test_bad_benchmark_input_fails_before_anything_changes(provisioned, run_playbook, extra, message):
+    coord(f"mkdir -p {BENCH_DIR} && ls {BENCH_DIR} > /tmp/bench-before")
+    res = run_playbook("benchmark.yml", "-e", "run_id=e2e-bad-input", *extra, name="bench-bad-input")
+    assert res.rc != 0 and message in res.out, res.tail()
+    assert "Fix: -e samples=2 or more" in res.out or "Set model to one of them" in res.out, res.tail()
+    assert coord(f"ls {BENCH_DIR} | diff - /tmp/bench-before", check=False).returncode == 0
+    assert not (ROOT / "runs" / "e2e-bad-input").exists()

@@ -59,8 +59,9 @@ def test_the_ssh_command_quotes_the_remote_side(tmp_path):
     cfg = bench.load_config(config(tmp_path, launcher="ssh", env={"HF_HOME": "/data/hf cache"},
                                    python="/opt/venv/bin/python"))
     cmd = bench.node_command(cfg, "/shared/bench/r 1/work.json", "worker2", "parallel")
-    assert cmd[:4] == ["ssh", "-o", "BatchMode=yes", "-T"] and cmd[4] == "worker2"
-    assert shlex.split(cmd[5]) == ["env", "HF_HOME=/data/hf cache", "/opt/venv/bin/python", "-m",
+    assert cmd[:3] == ["ssh", "-o", "BatchMode=yes"] and "ServerAliveInterval=15" in cmd
+    assert cmd[-3:-1] == ["-T", "worker2"]
+    assert shlex.split(cmd[-1]) == ["env", "HF_HOME=/data/hf cache", "/opt/venv/bin/python", "-m",
                                    "multinode_ds.bench_worker", "--work", "/shared/bench/r 1/work.json",
                                    "--host", "worker2", "--phase", "parallel", "--watch-stdin"]
 
@@ -86,6 +87,35 @@ def test_compare_two_runs_and_a_run_against_the_history(tmp_path):
     assert "no drop" in bench.compare(str(d), "b", None, 10)
     with pytest.raises(SystemExit, match="no benchmark run 'zz'"):
         bench.compare(str(d), "zz", "a", 10)
+
+
+def test_a_torn_history_line_is_skipped_and_a_bad_prompts_line_fails_the_run(tmp_path, capsys):
+    d = tmp_path / "bench"
+    d.mkdir()
+    (d / "history.jsonl").write_text(json.dumps(summary("a", 10.0)) + "\n" + '{"run_id": "b", "metr' + "\n")
+    assert [e["run_id"] for e in bench.read_history(d / "history.jsonl")] == ["a"]
+    assert "line 2 is not a history entry; skipped" in capsys.readouterr().out
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('"just a string"\n')
+    assert bench.main(["run", "--config", config(tmp_path, prompts_file=str(prompts)), "--run-id", "r"]) == 1
+    s = json.loads((d / "r" / "summary.json").read_text())
+    assert s["status"] == "failed" and "each line must be a JSON object" in s["error"]
+    assert [e["run_id"] for e in bench.read_history(d / "history.jsonl")] == ["a", "r"]
+
+
+def test_a_stale_run_directory_is_cleared_and_an_unwritable_lock_is_named(tmp_path, monkeypatch):
+    d = tmp_path / "bench"
+    for name in ("ready/parallel-slot0", "go-parallel", "slots/parallel-slot0.json", "config.json"):
+        (d / "r" / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / "r" / name).write_text("{}")
+    bench.clear_stale(d / "r")
+    assert sorted(p.name for p in (d / "r").rglob("*") if p.is_file()) == ["config.json"]
+
+    def refuse(path, mode="r"):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(bench.BadSettings, match="cannot open .*lock.*Permission denied.*chown -R"):
+        bench.open_lock(d / ".lock")
 
 
 def test_history_command_flags_a_doctored_history(tmp_path, capsys):

@@ -52,6 +52,20 @@ def test_scaling_efficiency_is_total_over_slots_times_single():
     assert agg["scaling_efficiency"] == pytest.approx(8.0 / (2 * 5.0))
 
 
+def test_end_to_end_rate_is_set_by_the_slowest_slot():
+    # 3 samples over 2 slots, 1 s each: slot 0 has two (ends at 2 s), slot 1 one (ends at 1 s).
+    a = dict(slot("w1", 0, samples=2, wall=2.0), started=100.0, finished=102.0)
+    b = dict(slot("w2", 1, samples=1, wall=1.0), started=100.0, finished=101.0)
+    single = slot("w1", 0, samples=3, wall=3.0)
+    agg = bench.aggregate([a, b], single)
+    assert agg["total"]["samples_per_s"] == pytest.approx(2.0) and agg["scaling_efficiency"] == pytest.approx(1.0)
+    assert agg["total"]["elapsed_s"] == pytest.approx(2.0)
+    assert agg["total"]["samples_per_s_end_to_end"] == pytest.approx(1.5)
+    assert agg["scaling_efficiency_end_to_end"] == pytest.approx(0.75)
+    assert "End to end: 3 samples in 2 s" in bench.markdown({"run_id": "x", "status": "success", "aggregate": agg})
+    assert bench.aggregate([slot("w1", 0)])["total"]["elapsed_s"] is None      # results without start/end
+
+
 def test_no_single_run_means_no_efficiency():
     assert bench.aggregate([slot("w1", 0)])["scaling_efficiency"] is None
 
