@@ -61,9 +61,9 @@ def test_the_ssh_command_quotes_the_remote_side(tmp_path):
     cmd = bench.node_command(cfg, "/shared/bench/r 1/work.json", "worker2", "parallel")
     assert cmd[:3] == ["ssh", "-o", "BatchMode=yes"] and "ServerAliveInterval=15" in cmd
     assert cmd[-3:-1] == ["-T", "worker2"]
-    assert shlex.split(cmd[-1]) == ["env", "HF_HOME=/data/hf cache", "/opt/venv/bin/python", "-m",
-                                   "multinode_ds.bench_worker", "--work", "/shared/bench/r 1/work.json",
-                                   "--host", "worker2", "--phase", "parallel", "--watch-stdin"]
+    expected = ["env", "HF_HOME=/data/hf cache", "/opt/venv/bin/python", "-m", "multinode_ds.bench_worker",
+                "--work", "/shared/bench/r 1/work.json", "--host", "worker2", "--phase", "parallel", "--watch-stdin"]
+    assert shlex.split(cmd[-1]) == expected
 
 
 def summary(run_id, sps, status="success"):
