@@ -20,6 +20,7 @@ __metaclass__ = type
 
 import math
 import os
+import statistics
 
 # name: (unit, higher is better)
 METRICS = {
@@ -163,11 +164,9 @@ def headline(agg):
 
 
 def median(values):
-    ordered = sorted(float(v) for v in values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    """The median of the numbers (the mean of the middle two for an even count); None for none."""
+    values = [float(v) for v in values]
+    return statistics.median(values) if values else None
 
 
 def regressions(previous, current, threshold_pct=10.0):

@@ -22,6 +22,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import statistics
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 RDMA_PROFILES = ("ib", "roce")
@@ -493,11 +494,9 @@ def clock_verdicts(probes, bound):
 
 
 def median(values):
-    ordered = sorted(float(v) for v in values)
-    if not ordered:
-        return None
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+    """The median of the numbers (the mean of the middle two for an even count); None for none."""
+    values = [float(v) for v in values]
+    return statistics.median(values) if values else None
 
 
 # --------------------------------------------------------------------------- disks, memlock, accelerators
