@@ -34,6 +34,7 @@ import glob
 import importlib.util
 import json
 import os
+import pwd
 import shlex
 import signal
 import socket
@@ -337,9 +338,8 @@ def open_lock(path):
 
 def _user():
     try:
-        import pwd
         return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
+    except KeyError:  # a uid without a passwd entry
         return str(os.getuid())
 
 

@@ -9,21 +9,15 @@ __metaclass__ = type
 
 import base64
 import json
-import signal
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
+    ignore_signals, restore_signals, trap_stop_signals)
+
 display = Display()
-
-
-class Interrupted(Exception):
-    """Ctrl-C on the controller, or Ansible terminating this worker."""
-
-
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
 
 
 class ActionModule(ActionBase):
@@ -59,7 +53,7 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         t0 = time.time()
         last_print, last_line = 0.0, None
-        previous = dict((sig, signal.signal(sig, _raise_interrupted)) for sig in (signal.SIGINT, signal.SIGTERM))
+        previous = trap_stop_signals()
         try:
             while True:
                 job = self._module("ansible.builtin.async_status", {"jid": jid, "_async_dir": async_dir}, task_vars)
@@ -81,8 +75,7 @@ class ActionModule(ActionBase):
                     return result
                 time.sleep(poll)
         except BaseException as exc:  # Ctrl-C included: stop the driver, which stops the workers.
-            for sig in previous:
-                signal.signal(sig, signal.SIG_IGN)
+            ignore_signals(previous)
             try:
                 self._stop(pattern, task_vars)
                 display.display("[%s] stopped the benchmark: %s" % (host, exc or type(exc).__name__), color="red")
@@ -90,8 +83,7 @@ class ActionModule(ActionBase):
                 pass
             raise
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            restore_signals(previous)
         for key in ("rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "cmd"):
             if key in job:
                 result[key] = job[key]

@@ -7,24 +7,16 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import signal
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, decide, progress_line)
+    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, decide, ignore_signals, progress_line, restore_signals,
+    trap_stop_signals)
 
 display = Display()
-
-
-class Interrupted(Exception):
-    """Ctrl-C on the controller, or Ansible terminating this worker."""
-
-
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signal.Signals(signum).name)
 
 
 class ActionModule(ActionBase):
@@ -65,7 +57,7 @@ class ActionModule(ActionBase):
         status = {}
         host = task_vars.get("inventory_hostname")
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
-        previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = trap_stop_signals()
         try:
             while True:
                 status = self._status(task_vars)
@@ -97,8 +89,7 @@ class ActionModule(ActionBase):
                         break
                 time.sleep(poll)
         except BaseException as exc:  # Ctrl-C on the controller included: stop the run everywhere.
-            for sig in previous:
-                signal.signal(sig, signal.SIG_IGN)
+            ignore_signals(previous)
             why = ("interrupted on the controller" if isinstance(exc, (KeyboardInterrupt, Interrupted))
                    else "the controller's watch failed: %s" % exc)
             try:
@@ -108,8 +99,7 @@ class ActionModule(ActionBase):
                 pass  # the agents also stop when the controller's lease expires
             raise
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            restore_signals(previous)
         result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}),
                       abort=status.get("abort"), ranks=status.get("ranks", {}),
                       done_ranks=status.get("done_ranks", []), elapsed=time.time() - t0)

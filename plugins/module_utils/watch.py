@@ -12,6 +12,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import signal
+
 RUNNING = "running"
 SUCCESS = "success"
 FAILED = "failed"
@@ -100,3 +102,28 @@ def progress_line(status, now, total_steps=None):
     if beats:
         parts.append("nodes: " + ", ".join(beats))
     return " | ".join(parts)
+
+
+class Interrupted(Exception):
+    """Ctrl-C on the controller, or Ansible terminating its worker process."""
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def trap_stop_signals():
+    """SIGINT and SIGTERM raise Interrupted (Ansible's worker would die at once), so that a controller-side
+    loop can stop what it started first; returns the previous handlers for restore_signals."""
+    return dict((sig, signal.signal(sig, raise_interrupted)) for sig in (signal.SIGINT, signal.SIGTERM))
+
+
+def ignore_signals(previous):
+    """While cleaning up after an interruption: a second Ctrl-C does not cut the cleanup short."""
+    for sig in previous:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def restore_signals(previous):
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)

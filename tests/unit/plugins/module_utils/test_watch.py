@@ -1,3 +1,9 @@
+import os
+import signal
+
+import pytest
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils import watch
 from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, decide, progress_line)
 
@@ -68,3 +74,16 @@ def test_progress_line():
     assert line == ("step 10/30 | loss 3.2500 | 1000 tok/s | 8.0 samples/s | eta 10s | "
                     "nodes: w1 running 2s, w2 running 1s")
     assert progress_line({"nodes": {}}, now=1.0) == "starting"
+
+
+def test_stop_signals_raise_interrupted_until_restored():
+    previous = watch.trap_stop_signals()
+    try:
+        with pytest.raises(watch.Interrupted, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 1)  # let the handler run
+        watch.ignore_signals(previous)
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored while cleaning up
+    finally:
+        watch.restore_signals(previous)
+    assert signal.getsignal(signal.SIGTERM) == previous[signal.SIGTERM]
