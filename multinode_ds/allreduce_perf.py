@@ -58,6 +58,8 @@ def parse_args(argv=None):
     p.add_argument("--min-bytes", type=int, default=4096)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds for the whole test on this node")
+    p.add_argument("--node", default=socket.gethostname(),
+                   help="this node's name as the user knows it (its inventory name; default the hostname)")
     p.add_argument("--init-timeout", type=float, default=30.0, help="seconds to wait for every rank to join")
     p.add_argument("--out", help="JSON file global rank 0 writes (its directory is created)")
     p.add_argument("--label", default="", help="a name for this test in the JSON (the NCCL profile)")
@@ -118,7 +120,7 @@ def rank_main(args):
 
     # Every rank's host, so the JSON shows where the ranks really ran.
     hosts = [None] * world
-    dist.all_gather_object(hosts, socket.gethostname())
+    dist.all_gather_object(hosts, args.node)
     if rank == 0 and args.out:
         nccl = None
         if args.backend == "nccl":
@@ -179,7 +181,7 @@ def node_main(args, argv):
                           % (i, args.first_rank + i, p.returncode, "\n".join(err.strip().splitlines()[-15:])))
     if failed == "timeout":
         sys.stderr.write("allreduce_perf on %s: not finished after %.0f s (a rank did not join or hangs)\n"
-                         % (socket.gethostname(), args.timeout))
+                         % (args.node, args.timeout))
     for e in errors:
         sys.stderr.write(e + "\n")
     if failed is not None:

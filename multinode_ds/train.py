@@ -124,6 +124,29 @@ def load_model_and_tokenizer(spec, args):
     return model, tokenizer
 
 
+def node_name(run_dir, env=None) -> str:
+    """This node's name as the user knows it: its inventory name, not the machine's hostname.
+
+    ``MULTINODE_DS_NODE`` when the launch sets it; else the node's line in the run's hostfile
+    (``<run_dir>/hostfile``, written from the inventory), picked by DeepSpeed's node rank
+    (``CROSS_RANK``, the node's index in the hostfile, under pdsh as with --no_ssh) when DeepSpeed's
+    node count (``CROSS_SIZE``) is the hostfile's; else the hostname (a launcher that fell back to
+    the local node runs one node, whatever the hostfile says: its ranks then name the machine).
+    """
+    env = os.environ if env is None else env
+    if env.get("MULTINODE_DS_NODE"):
+        return env["MULTINODE_DS_NODE"]
+    try:
+        node_rank, nodes = int(env.get("CROSS_RANK", "")), int(env.get("CROSS_SIZE", ""))
+        with open(Path(run_dir) / "hostfile", encoding="utf-8") as fh:
+            names = [line.split()[0] for line in fh if line.strip() and not line.lstrip().startswith("#")]
+        if nodes == len(names) and 0 <= node_rank < len(names):
+            return names[node_rank]
+    except (ValueError, OSError):
+        pass
+    return socket.gethostname()
+
+
 def process_start_time() -> float:
     """When this process started (epoch seconds), from /proc; now where /proc is missing.
 
@@ -159,7 +182,7 @@ def main(argv=None) -> int:
     deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accel.communication_backend_name())
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    host = socket.gethostname()
+    host = node_name(args.run_dir)
     if not on_cpu:
         accel.set_device(local_rank)
     device = torch.device("cpu") if on_cpu else torch.device(accel.device_name(local_rank))

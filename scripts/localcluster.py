@@ -4,9 +4,16 @@ Each node is a separate host (its own network namespace, hostname, sshd and
 host keys) on a private podman network.  The default topology follows the
 field notes: one CPU-only ``coordinator`` and two ``workers``.
 
-    scripts/localcluster.py up [--workers N]   # build/cached image, start nodes, write inventory
+    scripts/localcluster.py up [--workers N]   # build/cached image, start nodes, write inventory, check names + SSH
+    scripts/localcluster.py check              # check again: every node resolves and reaches every node
+    scripts/localcluster.py disconnect NODE    # cut NODE off the cluster network (fault tests)
+    scripts/localcluster.py connect NODE       # put it back, at its own address
     scripts/localcluster.py down               # remove containers, network, volume and keys
     scripts/localcluster.py status
+
+Node names resolve through podman's DNS (netavark + aardvark-dns, installed by
+scripts/setup), and every node has a fixed address on the cluster network, so a
+restarted or reconnected node keeps it.
 
 Podman is always driven with the project's own containers.conf (through
 CONTAINERS_CONF), never the machine's /etc.
@@ -15,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -53,7 +61,15 @@ log_driver = "k8s-file"
 runtime = "runc"
 cgroup_manager = "cgroupfs"
 events_logger = "file"
+
+[network]
+# netavark + aardvark-dns: the cluster network has DNS, so nodes resolve each other by name.
+network_backend = "netavark"
 """
+# Where Debian (and upstream) install podman's network helpers.
+HELPER_DIRS = ["/usr/libexec/podman", "/usr/lib/podman", "/usr/local/libexec/podman", "/usr/local/lib/podman"]
+# Node i of the topology (coord first) gets the network's address + ADDRESS_OFFSET + i.
+ADDRESS_OFFSET = 10
 
 
 def log(msg: str) -> None:
@@ -208,17 +224,89 @@ def wait_for_sshd(name: str, timeout: float = 30) -> None:
     raise SystemExit(f"[localcluster] sshd did not come up in {name}")
 
 
+def check_network_stack() -> None:
+    """Podman must run netavark with aardvark-dns: without them the nodes' names do not resolve."""
+    missing = [tool for tool in ("netavark", "aardvark-dns")
+               if not any(Path(d, tool).exists() for d in HELPER_DIRS)]
+    if missing:
+        raise SystemExit(
+            f"[localcluster] podman's network DNS is missing: {', '.join(missing)} not found in "
+            f"{' or '.join(HELPER_DIRS[:2])}. Without it the nodes cannot resolve each other's names. "
+            f"Fix: scripts/setup (it installs the Debian packages netavark and aardvark-dns), "
+            f"or apt-get install netavark aardvark-dns.")
+    backend = podman("info", "--format", "{{.Host.NetworkBackend}}").stdout.decode().strip()
+    if backend != "netavark":
+        raise SystemExit(f"[localcluster] podman uses the network backend {backend!r}, not netavark, although "
+                         f"{podman_env()['CONTAINERS_CONF']} asks for it. Fix: check that this podman (4.x) "
+                         f"supports netavark (podman info), then run up again.")
+
+
+def network_info() -> dict | None:
+    res = podman("network", "inspect", NETWORK, check=False)
+    if res.returncode != 0:
+        return None
+    info = json.loads(res.stdout)
+    return info[0] if info else None
+
+
+def ensure_network() -> dict:
+    """The cluster network, with DNS; a network without DNS (made by an older harness) is made again."""
+    info = network_info()
+    if info is not None and not info.get("dns_enabled"):
+        log(f"network {NETWORK} has no DNS (dns_enabled=false): removing it and its nodes to make it again")
+        for name in running_nodes():
+            podman("rm", "-f", "-t", "2", name)
+        podman("network", "rm", "-f", NETWORK)
+        info = None
+    if info is None:
+        podman("network", "create", "--label", f"io.multinode.cluster={PREFIX}", NETWORK)
+        info = network_info()
+    if not info or not info.get("dns_enabled"):
+        raise SystemExit(f"[localcluster] podman made {NETWORK} without DNS (dns_enabled is not true). "
+                         f"Fix: scripts/setup (netavark and aardvark-dns), then down and up again.")
+    return info
+
+
+def node_addresses(info: dict, nodes: list[tuple[str, str]]) -> dict[str, str]:
+    """A fixed address per node, from the network's first subnet: restarts and reconnects keep it."""
+    subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
+    if subnet.num_addresses < ADDRESS_OFFSET + len(nodes) + 2:
+        raise SystemExit(f"[localcluster] {NETWORK}'s subnet {subnet} is too small for {len(nodes)} nodes. "
+                         f"Fix: fewer --workers, or down and up again (a new network gets a /24).")
+    return {node[0]: str(subnet.network_address + ADDRESS_OFFSET + i) for i, node in enumerate(nodes)}
+
+
+def mac_address(addr: str) -> str:
+    """A fixed, locally administered MAC from the node's address: after a restart or a reconnect the
+    other nodes' ARP caches still point at the right node, so the node is reachable at once."""
+    return "02:6d:" + ":".join("%02x" % b for b in ipaddress.ip_address(addr).packed)
+
+
+def container_address_label(name: str) -> str | None:
+    res = podman("inspect", "-f", '{{index .Config.Labels "io.multinode.address"}}', name, check=False)
+    return res.stdout.decode().strip() if res.returncode == 0 else None
+
+
+def current_address(name: str) -> str | None:
+    res = podman("inspect", name, check=False)
+    if res.returncode != 0:
+        return None
+    nets = json.loads(res.stdout)[0].get("NetworkSettings", {}).get("Networks") or {}
+    return (nets.get(NETWORK) or {}).get("IPAddress") or None
+
+
 def up(workers: int) -> None:
     if workers < 1:
         raise SystemExit("[localcluster] --workers must be at least 1")
+    check_network_stack()
     image = ensure_image()
     key = ensure_key()
     pub = (key.with_suffix(".pub")).read_text()
-    if podman("network", "exists", NETWORK, check=False).returncode != 0:
-        podman("network", "create", "--label", f"io.multinode.cluster={PREFIX}", NETWORK)
+    info = ensure_network()
     if podman("volume", "exists", VOLUME, check=False).returncode != 0:
         podman("volume", "create", "--label", f"io.multinode.cluster={PREFIX}", VOLUME)
     wanted = node_names(workers)
+    addresses = node_addresses(info, wanted)
     existing = set(running_nodes())
     for extra in sorted(existing - {container(node[0]) for node in wanted}):
         log(f"removing {extra} (not in the requested topology)")
@@ -226,15 +314,23 @@ def up(workers: int) -> None:
     for node, dummy in wanted:
         name = container(node)
         if name in existing:
-            state = podman("inspect", "-f", "{{.State.Running}}", name).stdout.decode().strip()
-            if state != "true":
-                podman("start", name)
-            continue
-        podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK,
-               "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
+            if container_address_label(name) == addresses[node]:
+                state = podman("inspect", "-f", "{{.State.Running}}", name).stdout.decode().strip()
+                if state != "true":
+                    podman("start", name)
+                    log(f"started {name} again (address {addresses[node]} kept)")
+                if current_address(name) != addresses[node]:
+                    # Cut off the network (or put back by hand without --ip): back at its own address.
+                    connect(node, quiet=True)
+                continue
+            log(f"making {name} again: it has no fixed address (made by an older harness)")
+            podman("rm", "-f", "-t", "2", name)
+        podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK, "--ip", addresses[node],
+               "--mac-address", mac_address(addresses[node]), "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
+               "--label", f"io.multinode.address={addresses[node]}",
                "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "--shm-size", "1g",
                image, START_SCRIPT_PATH)
-        log(f"started {name}")
+        log(f"started {name} at {addresses[node]}")
     hosts = {}
     known = []
     for node, group in wanted:
@@ -245,8 +341,7 @@ def up(workers: int) -> None:
                "grep -qxF -f /root/.ssh/authorized_keys.controller /root/.ssh/authorized_keys 2>/dev/null || "
                "cat /root/.ssh/authorized_keys.controller >> /root/.ssh/authorized_keys; "
                "rm -f /root/.ssh/authorized_keys.controller", input_bytes=pub.encode())
-        info = json.loads(podman("inspect", name).stdout)[0]
-        addr = info["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
+        addr = addresses[node]
         hostkeys = podman("exec", name, "sh", "-c", "cat /etc/ssh/ssh_host_*_key.pub").stdout.decode()
         for line in hostkeys.splitlines():
             ktype, kdata = line.split()[:2]
@@ -257,6 +352,114 @@ def up(workers: int) -> None:
     summary = ", ".join(f"{n}={h['addr']}" for n, h in hosts.items())
     log(f"cluster up: {summary}")
     log(f"inventory: {INVENTORY_DIR / 'hosts.yml'}")
+    check(hosts, key)
+
+
+# Run on every node by check(): resolve every node's name, then read its sshd's banner.
+PROBE = r"""
+import json, socket, sys
+out = {}
+for name in sys.argv[1:]:
+    rec = {}
+    try:
+        rec["addresses"] = sorted({a[4][0] for a in socket.getaddrinfo(name, 22, socket.AF_INET, socket.SOCK_STREAM)})
+        with socket.create_connection((name, 22), timeout=3) as s:
+            s.settimeout(5)
+            rec["banner"] = s.recv(64).decode(errors="replace").strip()
+    except OSError as exc:
+        rec["error"] = str(exc.strerror or exc)
+    out[name] = rec
+print(json.dumps(out))
+"""
+
+
+def check(hosts: dict | None = None, key: Path | None = None, settle: float = 30) -> None:
+    """Prove the cluster: every node resolves every node's name to its address and reaches its sshd,
+    and the controller logs in to every node over SSH with host keys checked.  A node just started
+    or reconnected may take a few seconds (podman reloads its DNS server): tried for ``settle`` s."""
+    if hosts is None:
+        hosts = read_inventory_hosts()
+    key = key or CLUSTER / "id_ed25519"
+    deadline = time.time() + settle
+    while True:
+        problems = probe(hosts, key)
+        if not problems or time.time() > deadline:
+            break
+        time.sleep(2)
+    if problems:
+        raise SystemExit("[localcluster] the cluster is not usable:\n  - " + "\n  - ".join(problems) +
+                         "\nFix: scripts/setup (podman's DNS: netavark and aardvark-dns), then "
+                         "scripts/localcluster.py down && scripts/localcluster.py up.")
+    log(f"checked: every node resolves {', '.join(hosts)} to its fixed address and reaches its sshd; "
+        f"the controller logs in to every node over SSH")
+
+
+def probe(hosts: dict, key: Path) -> list[str]:
+    """What keeps the cluster from working, as sentences (empty when nothing does)."""
+    info = network_info()
+    problems = []
+    for node in hosts:
+        res = podman("exec", container(node), "python3", "-c", PROBE, *hosts, check=False)
+        if res.returncode != 0:
+            problems.append(f"{node}: cannot run the name check ({res.stderr.decode(errors='replace').strip()})")
+            continue
+        for other, rec in json.loads(res.stdout).items():
+            want = hosts[other]["addr"]
+            if "addresses" not in rec:
+                why = rec.get("error", "no answer")
+                if info is not None and not info.get("dns_enabled"):
+                    why += f"; {NETWORK} has no DNS (dns_enabled=false)"
+                problems.append(f"{node} cannot resolve {other} ({why})")
+            elif rec["addresses"] != [want]:
+                problems.append(f"{node} resolves {other} to {', '.join(rec['addresses'])}, not {want} "
+                                f"(its fixed address)")
+            elif not rec.get("banner", "").startswith("SSH-"):
+                problems.append(f"{node} resolves {other} but cannot reach its sshd on port 22 "
+                                f"({rec.get('error') or rec.get('banner') or 'no banner'})")
+    for node, h in hosts.items():
+        res = subprocess.run(["ssh", "-i", str(key), "-o", f"UserKnownHostsFile={CLUSTER / 'known_hosts'}",
+                              "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+                              f"root@{h['addr']}", "hostname"], capture_output=True, text=True, check=False)
+        if res.returncode != 0 or res.stdout.strip() != node:
+            problems.append(f"the controller cannot log in to {node} at {h['addr']} over SSH "
+                            f"({(res.stderr or res.stdout).strip() or 'rc %d' % res.returncode})")
+    return problems
+
+
+def read_inventory_hosts() -> dict:
+    """node -> {group, addr} from the running containers (their fixed addresses)."""
+    hosts = {}
+    for name in sorted(running_nodes(), key=lambda n: (not n.endswith("-coord"), n)):
+        node = name[len(PREFIX) + 1:]
+        addr = container_address_label(name)
+        if addr:
+            hosts[node] = {"group": "coordinator" if node == "coord" else "workers", "addr": addr}
+    if not hosts:
+        raise SystemExit("[localcluster] no local cluster: run scripts/localcluster.py up")
+    return hosts
+
+
+def disconnect(node: str) -> None:
+    """Cut a node off the cluster network: a network failure, as on a real cluster."""
+    name = container(node)
+    podman("network", "disconnect", NETWORK, name)
+    log(f"{name} disconnected from {NETWORK}")
+
+
+def connect(node: str, quiet: bool = False) -> None:
+    """Put a node back on the cluster network at its own fixed address."""
+    name = container(node)
+    addr = container_address_label(name)
+    if not addr:
+        raise SystemExit(f"[localcluster] {name} is not a node of this cluster (no io.multinode.address label)")
+    if current_address(name) == addr:
+        if not quiet:
+            log(f"{name} is connected at {addr}")
+        return
+    if current_address(name):
+        podman("network", "disconnect", NETWORK, name)
+    podman("network", "connect", "--ip", addr, "--mac-address", mac_address(addr), "--alias", node, NETWORK, name)
+    log(f"{name} connected to {NETWORK} at {addr}")
 
 
 def write_inventory(hosts: dict, key: Path) -> None:
@@ -324,12 +527,22 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start (or reuse) the local cluster")
     p_up.add_argument("--workers", type=int, default=int(os.environ.get("MNDS_WORKERS", "2")))
+    sub.add_parser("check", help="check that every node resolves and reaches every node, and the controller each")
+    for verb, text in (("disconnect", "cut a node off the cluster network"),
+                       ("connect", "put a node back on the cluster network at its own address")):
+        sub.add_parser(verb, help=text).add_argument("node", help="coord, worker1, ...")
     sub.add_parser("down", help="remove the local cluster")
     sub.add_parser("status", help="list the nodes")
     sub.add_parser("image", help="build (or reuse) the node image only")
     args = parser.parse_args(argv)
     if args.cmd == "up":
         up(args.workers)
+    elif args.cmd == "check":
+        check()
+    elif args.cmd == "disconnect":
+        disconnect(args.node)
+    elif args.cmd == "connect":
+        connect(args.node)
     elif args.cmd == "down":
         down()
     elif args.cmd == "image":

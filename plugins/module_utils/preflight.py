@@ -394,16 +394,38 @@ def _is_loopback(addr):
         return False
 
 
-def name_verdicts(resolved, expected, own_addresses):
+def _flag(value):
+    """An inventory boolean as Ansible reads it (true/false, yes/no, 1/0, on/off)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "n", "0", "off", "")
+    return bool(value)
+
+
+def _names_fix(src, wanted, hosts_file_off):
+    """One fix for every name ``src`` gets wrong; ``wanted``: [(name, address)]."""
+    entries = ", ".join("%s %s" % (want, name) for name, want in wanted)
+    names = ", ".join(pair[0] for pair in wanted)
+    if src in hosts_file_off:
+        return ("cluster_hosts_file is false for %s, so the site's DNS must resolve %s: add them to DNS (%s), or "
+                "set cluster_hosts_file: true (the default) and run site.yml, which writes every inventory name "
+                "into /etc/hosts on every node (role multinode.deepspeed.cluster_hosts)" % (src, names, entries))
+    return ("run site.yml: with cluster_hosts_file: true (the default) its cluster_hosts role writes every "
+            "inventory name into /etc/hosts on %s (%s); or add %s to the site's DNS and set cluster_hosts_file: "
+            "false" % (src, entries, names))
+
+
+def name_verdicts(resolved, expected, own_addresses, hosts_file_off=()):
     """Every node resolves every job node's name to the address the cluster uses.
 
     ``resolved``: source -> name -> ``{"addresses": [...]} or {"error": "..."}`` (getaddrinfo,
     in its order); ``expected``: name -> the address the cluster uses for it (the inventory
-    address); ``own_addresses``: name -> every address of that node.
+    address); ``own_addresses``: name -> every address of that node; ``hosts_file_off``: the
+    nodes whose inventory says ``cluster_hosts_file: false`` (the site's DNS names them).
     """
+    hosts_file_off = set(hosts_file_off or ())
     out = []
     for src in sorted(resolved):
-        problems, notes = [], []
+        problems, notes, wrong = [], [], []
         for name in sorted(expected):
             res = resolved[src].get(name)
             want = expected[name]
@@ -415,8 +437,8 @@ def name_verdicts(resolved, expected, own_addresses):
                 continue
             addrs = res.get("addresses") or []
             if not addrs:
-                problems.append(("%s does not resolve (%s)" % (name, res.get("error") or "no address"),
-                                 "add %s %s to /etc/hosts on %s, or to the cluster's DNS" % (want, name, src)))
+                problems.append(("%s does not resolve (%s)" % (name, res.get("error") or "no address"), None))
+                wrong.append((name, want))
                 continue
             first = addrs[0]
             mine = set(own_addresses.get(name) or [])
@@ -432,8 +454,11 @@ def name_verdicts(resolved, expected, own_addresses):
                 problems.append(("%s resolves to %s, not %s (the address the cluster uses)" % (name, first, want),
                                  "fix the entry for %s in /etc/hosts or DNS on %s (it should be %s)"
                                  % (name, src, want)))
+                wrong.append((name, want))
+        if wrong:
+            problems.append(("", _names_fix(src, wrong, hosts_file_off)))
         if problems:
-            out.append(verdict("names", src, FAIL, "; ".join(pr[0] for pr in problems),
+            out.append(verdict("names", src, FAIL, "; ".join(pr[0] for pr in problems if pr[0]),
                                "; ".join(pr[1] for pr in problems if pr[1]) or None))
         elif notes:
             out.append(verdict("names", src, WARN, "; ".join(notes)))
@@ -708,7 +733,8 @@ def evaluate(data, settings=None):
     if port:
         verdicts += port_verdicts(job["master"], job["master_port"], port["listener"], port["probes"])
     resolved = dict((h, (probes.get(h) or {}).get("resolved") or {}) for h in nodes if h in probes)
-    verdicts += name_verdicts(resolved, data.get("expected_addresses") or {}, data.get("own_addresses") or {})
+    verdicts += name_verdicts(resolved, data.get("expected_addresses") or {}, data.get("own_addresses") or {},
+                              [h for h, on in (data.get("hosts_file") or {}).items() if not _flag(on)])
     clocked = dict((h, probes[h]) for h in nodes if h in probes and "controller_before" in probes[h])
     verdicts += clock_verdicts(clocked, float(cfg["max_clock_skew"]))
     paths = {"shared": job["shared_dir"], "local": job["local_dir"]}

@@ -40,8 +40,11 @@ def launcher_exit(nodes):
 
 
 def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=None, wall_time=None,
-              coordinator=None, launcher_log="", expect_metrics=True):
+              coordinator=None, launcher_log="", expect_metrics=True, rank_hosts=None):
     """Build the run's summary from ``{rank: [records...]}``.
+
+    ``rank_hosts``: rank -> inventory name, from the run's hostfile.  It names each rank's host
+    (the names users see); the host the ranks' records give is used only for ranks it lacks.
 
     The run counts as successful only when the launcher exited 0, every expected
     rank wrote its ``done`` record, the ranks agree on the world size, and the
@@ -50,12 +53,16 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
     problems = []
     ranks = {}
     steps = {}
+    on_coordinator = []
     for rank in sorted(records_by_rank):
         recs = records_by_rank[rank]
         start = next((r for r in recs if r.get("event") == "start"), {})
         done = next((r for r in recs if r.get("event") == "done"), None)
         step_recs = [r for r in recs if r.get("event") == "step"]
-        host = start.get("host") or (step_recs[0].get("host") if step_recs else None)
+        recorded = start.get("host") or (step_recs[0].get("host") if step_recs else None)
+        host = (rank_hosts or {}).get(rank) or recorded
+        if coordinator is not None and recorded == coordinator:
+            on_coordinator.append(rank)
         ranks[rank] = {
             "host": host,
             "local_rank": start.get("local_rank"),
@@ -88,8 +95,9 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
     hosts = {}
     for rank, info in sorted(ranks.items()):
         hosts.setdefault(info["host"], []).append(rank)
-    if coordinator is not None and coordinator in hosts:
-        problems.append("the coordinator %s ran ranks %s" % (coordinator, hosts[coordinator]))
+    if coordinator is not None and (coordinator in hosts or on_coordinator):
+        problems.append("the coordinator %s ran ranks %s" % (
+            coordinator, hosts.get(coordinator) or on_coordinator))
     ordered = [steps[k] for k in sorted(steps)]
     losses = [r["loss"] for r in ordered if r.get("loss") is not None]
     tps = [r["tokens_per_sec"] for r in ordered if r.get("tokens_per_sec")]

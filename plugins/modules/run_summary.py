@@ -205,7 +205,8 @@ def main():
     launcher_rc = p["launcher_rc"] if p["launcher_rc"] is not None else launcher_exit(nodes)
     summary = summarize(p["run_id"], records, expected_world_size=p["world_size"], launcher_rc=launcher_rc,
                         wall_time=p["wall_time"], coordinator=p["coordinator"],
-                        launcher_log="\n".join(launcher_logs.values()), expect_metrics=p["expect_metrics"])
+                        launcher_log="\n".join(launcher_logs.values()), expect_metrics=p["expect_metrics"],
+                        rank_hosts=rank_host)
     abort = None
     if os.path.exists(os.path.join(run_dir, "control", "ABORT")):
         try:

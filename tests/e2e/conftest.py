@@ -68,3 +68,26 @@ def provisioned(cluster):
     res = run_playbook("site.yml", name="site-first")
     assert res.rc == 0, res.tail()
     return res
+
+
+def podman(*args, **kw):
+    """podman with the local cluster's containers.conf (what scripts/localcluster.py uses)."""
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
+
+
+@pytest.fixture(name="podman", scope="session")
+def podman_fixture():
+    """podman(*args) -> CompletedProcess, against the local cluster."""
+    return podman
+
+
+def localcluster(*args):
+    """scripts/localcluster.py with this venv's Python; returns the CompletedProcess (output captured)."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(name="localcluster", scope="session")
+def localcluster_fixture():
+    return localcluster

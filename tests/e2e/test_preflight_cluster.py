@@ -171,13 +171,17 @@ def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbo
 
 
 def test_worker_cannot_resolve_another(provisioned, run_playbook):
-    # worker1 looks names up in /etc/hosts only: the other nodes' names (from the cluster's DNS) are gone.
-    node_sh("worker1", "cp /etc/nsswitch.conf /etc/nsswitch.conf.e2e && sed -i 's/^hosts:.*/hosts: files/' "
-                       "/etc/nsswitch.conf && ! getent hosts worker2")
+    # worker1 looks names up in /etc/hosts only, and the cluster_hosts role's block is gone from it: the
+    # other nodes' names (from the cluster's DNS) are gone.  /etc/hosts is a bind mount: written in place.
+    block = "/# BEGIN multinode-deepspeed cluster names/,/# END multinode-deepspeed cluster names/d"
+    node_sh("worker1", "cp /etc/nsswitch.conf /etc/nsswitch.conf.e2e && cp /etc/hosts /etc/hosts.e2e && "
+                       "sed -i 's/^hosts:.*/hosts: files/' /etc/nsswitch.conf && "
+                       f"sed '{block}' /etc/hosts.e2e > /etc/hosts && ! getent hosts worker2")
     try:
         res = run_preflight(run_playbook, "preflight-names")
     finally:
-        node_sh("worker1", "mv /etc/nsswitch.conf.e2e /etc/nsswitch.conf && getent hosts worker2")
+        node_sh("worker1", "mv /etc/nsswitch.conf.e2e /etc/nsswitch.conf && cat /etc/hosts.e2e > /etc/hosts && "
+                           "rm /etc/hosts.e2e && getent hosts worker2")
     assert res.rc != 0
     assert failures(res.report) == [("names", "worker1")], res.report["findings"]
     line = next(f for f in res.report["findings"] if f.startswith("names on worker1"))

@@ -44,3 +44,18 @@ def test_unknown_model_is_refused():
 def test_missing_model_path_is_reported(capsys, tmp_path):
     rc, dummy, err = run(capsys, "--model-path", str(tmp_path / "no-weights"))
     assert rc == 2 and "model path" in err and "does not exist on this node" in err
+
+
+def test_node_name_is_the_inventory_name(tmp_path, monkeypatch):
+    from multinode_ds.train import node_name
+    (tmp_path / "hostfile").write_text("# ranks\ngpu-a1 slots=2\ngpu-a2 slots=2\n")
+    monkeypatch.setattr("socket.gethostname", lambda: "worker7")
+    assert node_name(tmp_path, {"CROSS_RANK": "1", "CROSS_SIZE": "2"}) == "gpu-a2"
+    assert node_name(tmp_path, {"CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "gpu-a1"
+    # The launch may say it outright.
+    assert node_name(tmp_path, {"MULTINODE_DS_NODE": "gpu-b9", "CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "gpu-b9"
+    # DeepSpeed fell back to one local node, no node rank, a rank outside the file, no hostfile: the hostname.
+    assert node_name(tmp_path, {"CROSS_RANK": "0", "CROSS_SIZE": "1"}) == "worker7"
+    assert node_name(tmp_path, {}) == "worker7"
+    assert node_name(tmp_path, {"CROSS_RANK": "5", "CROSS_SIZE": "2"}) == "worker7"
+    assert node_name(tmp_path / "missing", {"CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "worker7"

@@ -572,9 +572,23 @@ def test_names_unresolvable_fails_naming_etc_hosts():
     assert res["worker2"]["status"] == "pass"
     v = res["worker1"]
     assert v["status"] == "fail" and v["detail"] == "worker2 does not resolve (Name or service not known)"
-    assert v["fix"] == "add 10.89.0.4 worker2 to /etc/hosts on worker1, or to the cluster's DNS"
+    assert v["fix"] == ("run site.yml: with cluster_hosts_file: true (the default) its cluster_hosts role writes "
+                        "every inventory name into /etc/hosts on worker1 (10.89.0.4 worker2); or add worker2 to the "
+                        "site's DNS and set cluster_hosts_file: false")
     empty = preflight.name_verdicts({"w1": lookups(worker2={"addresses": []})}, EXPECTED, OWN)[0]
     assert empty["status"] == "fail" and "(no address)" in empty["detail"]
+
+
+def test_names_fix_says_dns_must_do_it_when_the_hosts_file_is_off():
+    res = preflight.name_verdicts({"worker1": lookups(worker2={"error": "Name or service not known"})}, EXPECTED, OWN,
+                                  hosts_file_off=["worker1"])
+    fix = res[0]["fix"]
+    assert fix.startswith("cluster_hosts_file is false for worker1, so the site's DNS must resolve worker2")
+    assert "add them to DNS (10.89.0.4 worker2), or set cluster_hosts_file: true" in fix
+    # Several names: one fix that lists them all.
+    res = preflight.name_verdicts({"coord": lookups(worker1={"error": "x"}, worker2={"error": "x"})}, EXPECTED, OWN)
+    assert res[0]["fix"].count("run site.yml") == 1
+    assert "(10.89.0.3 worker1, 10.89.0.4 worker2); or add worker1, worker2 to" in res[0]["fix"]
 
 
 def test_names_foreign_address_fails():
@@ -582,6 +596,7 @@ def test_names_foreign_address_fails():
     assert v["status"] == "fail"
     assert v["detail"] == "worker1 resolves to 10.89.0.99, not 10.89.0.3 (the address the cluster uses)"
     assert "/etc/hosts or DNS on coord" in v["fix"] and "should be 10.89.0.3" in v["fix"]
+    assert "cluster_hosts_file" in v["fix"]
 
 
 def test_names_first_address_decides():
@@ -866,6 +881,18 @@ def job_data():
 
 def failures(report):
     return [(v["check"], v["host"]) for v in report["verdicts"] if v["status"] == "fail"]
+
+
+def test_evaluate_names_fix_follows_each_nodes_cluster_hosts_file():
+    data = job_data()
+    for node in ("coord", "worker1"):
+        data["probes"][node]["resolved"]["worker2"] = {"error": "Name or service not known"}
+    data["hosts_file"] = {"coord": "false", "worker1": True, "worker2": "no"}
+    fixes = dict((v["host"], v["fix"]) for v in preflight.evaluate(data)["verdicts"]
+                 if v["check"] == "names" and v["status"] == "fail")
+    assert set(fixes) == {"coord", "worker1"}
+    assert fixes["coord"].startswith("cluster_hosts_file is false for coord")
+    assert fixes["worker1"].startswith("run site.yml: with cluster_hosts_file: true")
 
 
 def test_evaluate_healthy_cpu_job_passes():

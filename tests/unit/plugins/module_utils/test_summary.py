@@ -59,3 +59,22 @@ def test_secrets_are_masked_and_paths_kept():
            "DS_ACCELERATOR": "cpu"}
     assert mask_env(env) == {"HF_TOKEN": "********", "WANDB_API_KEY": "********", "MY_PASSWORD": "********",
                              "HF_TOKEN_PATH": "/opt/x/hf_token", "DS_ACCELERATOR": "cpu"}
+
+
+def test_hosts_are_the_inventory_names_from_the_hostfile():
+    # The machines are called worker1/worker2; the inventory (and so the hostfile) says gpu-a1/gpu-a2.
+    s = summarize("r1", {0: _rank(0, "worker1", [5.0, 4.0]), 1: _rank(1, "worker2", [5.0, 4.0])},
+                  expected_world_size=2, launcher_rc=0, coordinator="coord", rank_hosts={0: "gpu-a1", 1: "gpu-a2"})
+    assert s["status"] == "success", s["problems"]
+    assert s["hosts"] == {"gpu-a1": [0], "gpu-a2": [1]}
+    assert s["ranks"]["1"]["host"] == "gpu-a2"
+    # A rank the hostfile does not place keeps the host it recorded.
+    s = summarize("r1", {0: _rank(0, "gpu-a1", [5.0]), 1: _rank(1, "gpu-a2", [5.0])}, launcher_rc=0,
+                  rank_hosts={0: "gpu-a1"})
+    assert s["hosts"] == {"gpu-a1": [0], "gpu-a2": [1]}
+
+
+def test_a_rank_that_ran_on_the_coordinator_is_caught_whatever_the_hostfile_says():
+    s = summarize("r1", {0: _rank(0, "coord", [5.0, 4.0], world=1)}, launcher_rc=0, coordinator="coord",
+                  rank_hosts={0: "worker1"})
+    assert s["status"] == "failed" and "the coordinator coord ran ranks [0]" in s["problems"]
