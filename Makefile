@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch
 
 setup:
 	@scripts/setup
@@ -44,3 +44,7 @@ build: setup
 
 test: setup
 	@scripts/test
+
+# Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=3 by default).
+bench-launch:
+	$(BIN)/python scripts/bench-launch --rounds $(or $(ROUNDS),3)
