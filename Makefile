@@ -47,4 +47,4 @@ test: setup
 
 # Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=3 by default).
 bench-launch:
-	$(BIN)/python scripts/bench-launch --rounds $(or $(ROUNDS),3)
+	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),3)

@@ -131,7 +131,8 @@ class Agent:
         self.started = time.time()
         self.seen_pids = False
         self.log_pos = 0
-        self.state = {"host": self.host, "run_id": self.run_id, "agent_pid": os.getpid(),
+        self.state = {"host": self.host, "machine": socket.gethostname(), "run_id": self.run_id,
+                      "agent_pid": os.getpid(),
                       "role": "launcher" if self.cmd else "watcher", "state": "starting",
                       "started": self.started, "exit_code": None, "reason": None, "pids": [],
                       "failed_line": None, "versions": versions()}

@@ -127,15 +127,12 @@ def load_model_and_tokenizer(spec, args):
 def node_name(run_dir, env=None) -> str:
     """This node's name as the user knows it: its inventory name, not the machine's hostname.
 
-    ``MULTINODE_DS_NODE`` when the launch sets it; else the node's line in the run's hostfile
-    (``<run_dir>/hostfile``, written from the inventory), picked by DeepSpeed's node rank
+    The node's line in the run's hostfile (``<run_dir>/hostfile``, written from the inventory), picked by DeepSpeed's node rank
     (``CROSS_RANK``, the node's index in the hostfile, under pdsh as with --no_ssh) when DeepSpeed's
     node count (``CROSS_SIZE``) is the hostfile's; else the hostname (a launcher that fell back to
     the local node runs one node, whatever the hostfile says: its ranks then name the machine).
     """
     env = os.environ if env is None else env
-    if env.get("MULTINODE_DS_NODE"):
-        return env["MULTINODE_DS_NODE"]
     try:
         node_rank, nodes = int(env.get("CROSS_RANK", "")), int(env.get("CROSS_SIZE", ""))
         with open(Path(run_dir) / "hostfile", encoding="utf-8") as fh:
@@ -239,6 +236,7 @@ def main(argv=None) -> int:
 
     metrics = MetricsWriter(args.run_dir, rank)
     metrics.write({"event": "start", "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
+                   "machine": socket.gethostname(),
                    "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time(),
                    "process_start": process_start_time()})
     if rank == 0:

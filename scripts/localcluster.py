@@ -269,7 +269,11 @@ def ensure_network() -> dict:
 
 def node_addresses(info: dict, nodes: list[tuple[str, str]]) -> dict[str, str]:
     """A fixed address per node, from the network's first subnet: restarts and reconnects keep it."""
-    subnet = ipaddress.ip_network(info["subnets"][0]["subnet"])
+    subnets = [ipaddress.ip_network(sn["subnet"]) for sn in info.get("subnets") or []]
+    subnet = next((sn for sn in subnets if sn.version == 4), None)
+    if subnet is None:
+        raise SystemExit(f"[localcluster] {NETWORK} has no IPv4 subnet ({', '.join(map(str, subnets)) or 'none'}). "
+                         f"Fix: scripts/localcluster.py down, then up (it makes the network with an IPv4 subnet).")
     if subnet.num_addresses < ADDRESS_OFFSET + len(nodes) + 2:
         raise SystemExit(f"[localcluster] {NETWORK}'s subnet {subnet} is too small for {len(nodes)} nodes. "
                          f"Fix: fewer --workers, or down and up again (a new network gets a /24).")
@@ -388,8 +392,9 @@ def check(hosts: dict | None = None, key: Path | None = None, settle: float = 30
         time.sleep(2)
     if problems:
         raise SystemExit("[localcluster] the cluster is not usable:\n  - " + "\n  - ".join(problems) +
-                         "\nFix: scripts/setup (podman's DNS: netavark and aardvark-dns), then "
-                         "scripts/localcluster.py down && scripts/localcluster.py up.")
+                         "\nFix: scripts/localcluster.py up (starts stopped nodes, reconnects cut-off ones at their "
+                         "own address); when names still do not resolve, scripts/setup (podman's DNS: netavark and "
+                         "aardvark-dns), then scripts/localcluster.py down && scripts/localcluster.py up.")
     log(f"checked: every node resolves {', '.join(hosts)} to its fixed address and reaches its sshd; "
         f"the controller logs in to every node over SSH")
 
@@ -527,7 +532,10 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start (or reuse) the local cluster")
     p_up.add_argument("--workers", type=int, default=int(os.environ.get("MNDS_WORKERS", "2")))
-    sub.add_parser("check", help="check that every node resolves and reaches every node, and the controller each")
+    p_check = sub.add_parser(
+        "check", help="check that every node resolves and reaches every node, and the controller each")
+    p_check.add_argument("--settle", type=float, default=30,
+                         help="seconds to keep trying while nodes settle after a start or reconnect (default 30)")
     for verb, text in (("disconnect", "cut a node off the cluster network"),
                        ("connect", "put a node back on the cluster network at its own address")):
         sub.add_parser(verb, help=text).add_argument("node", help="coord, worker1, ...")
@@ -538,7 +546,7 @@ def main(argv=None) -> int:
     if args.cmd == "up":
         up(args.workers)
     elif args.cmd == "check":
-        check()
+        check(settle=args.settle)
     elif args.cmd == "disconnect":
         disconnect(args.node)
     elif args.cmd == "connect":

@@ -17,18 +17,29 @@ import re
 
 # What /etc/hosts and the resolver accept as a name: letters, digits, '-', '.' and '_' (not
 # RFC 1123, but glibc resolves it, and Ansible inventories use it), no leading '-' or '.'.
-NAME_RE = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?$")
+NAME_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?")
+# Only these characters may make up an address (no zone ids, no spaces, no newlines).
+ADDRESS_RE = re.compile(r"[0-9A-Fa-f.:]+")
 
 
 class ClusterHostsError(ValueError):
     pass
 
 
-def _ip(value):
+def _parse(value):
+    """(ip, why it cannot be a node's address) for one candidate; ip is None when it is not an IP."""
+    text = str(value).strip() if value is not None else ""
+    if not text or not ADDRESS_RE.fullmatch(text):
+        return None, None
     try:
-        return str(ipaddress.ip_address(str(value).strip()))
+        ip = ipaddress.ip_address(text)
     except ValueError:
-        return None
+        return None, None
+    if ip.is_loopback or ip.is_unspecified or ip.is_multicast or ip.is_link_local:
+        kind = ("a loopback" if ip.is_loopback else "the unspecified" if ip.is_unspecified
+                else "a multicast" if ip.is_multicast else "a link-local")
+        return None, "%s is %s address, which the other nodes cannot reach it at" % (ip, kind)
+    return str(ip), None
 
 
 def _fix_address(host):
@@ -39,45 +50,53 @@ def _fix_address(host):
 def node_address(node):
     """The address the cluster uses for one node, or raise.
 
-    ``node``: ``{"name", "address" (cluster_hosts_address, else the node's resolved cluster address,
-    else ansible_host), "fallback" (the node's default IPv4 from its facts, may be empty)}``.
+    ``node``: ``{"name", "explicit" (cluster_hosts_address, or None), "candidates" (in order: the
+    address the fabric facts resolved, ansible_host, the name), "fallback" (its default IPv4 from
+    its facts)}``.  An explicit address must be usable; otherwise the first usable candidate wins
+    (a fabric address that resolved to loopback, say Debian's 127.0.1.1, is passed over).
     """
     host = node.get("name")
-    given = node.get("address")
-    ip = _ip(given) if given not in (None, "") else None
-    if ip:
-        return ip
-    fallback = _ip(node.get("fallback")) if node.get("fallback") else None
-    if fallback:
-        return fallback
-    raise ClusterHostsError(
-        "%s: the cluster's address for it is %r, not an IP address, and its facts give no IPv4 address "
-        "(ansible_default_ipv4). %s." % (host, given, _fix_address(host)))
+    if node.get("explicit") not in (None, ""):
+        ip, why = _parse(node["explicit"])
+        if ip:
+            return ip
+        raise ClusterHostsError("%s: cluster_hosts_address=%r %s. Fix: set it to the IP the other nodes reach %s at"
+                                % (host, node["explicit"], why or "is not an IP address", host))
+    seen = []
+    for value in list(node.get("candidates") or []) + [node.get("fallback")]:
+        if value in (None, ""):
+            continue
+        ip, why = _parse(value)
+        if ip:
+            return ip
+        seen.append(why or "%r is not an IP address" % (value,))
+    raise ClusterHostsError("%s: no address for it that the other nodes can use (%s; its facts give no other "
+                            "IPv4 address). %s." % (host, "; ".join(seen) or "nothing is set", _fix_address(host)))
 
 
 def node_from_vars(name, hv):
     """What one host's variables say of it (``hv``: its hostvars, a mapping).
 
-    The address, in order: ``cluster_hosts_address``; the address its fabric facts resolved from
-    ``ansible_host`` (``multinode_fabric.cluster_address``, read by site.yml first); ``ansible_host``;
-    the inventory name.  The fallback, used when that is not an IP: its default IPv4 from its facts.
+    The address, in order: ``cluster_hosts_address`` (must be usable); the address its fabric facts
+    resolved from ``ansible_host`` (``multinode_fabric.cluster_address``, read by site.yml first);
+    ``ansible_host``; the inventory name; its default IPv4 from its facts.
     """
     hv = hv or {}
     fabric = hv.get("multinode_fabric") or {}
     facts = hv.get("ansible_facts") or {}
-    address = hv.get("cluster_hosts_address") or fabric.get("cluster_address") or hv.get("ansible_host") or name
     aliases = hv.get("cluster_hosts_aliases") or []
     if isinstance(aliases, str):
         aliases = [aliases]
-    return {"name": name, "address": address, "fallback": (facts.get("default_ipv4") or {}).get("address") or "",
-            "aliases": list(aliases)}
+    return {"name": name, "explicit": hv.get("cluster_hosts_address"),
+            "candidates": [fabric.get("cluster_address"), hv.get("ansible_host"), name],
+            "fallback": (facts.get("default_ipv4") or {}).get("address") or "", "aliases": list(aliases)}
 
 
 def hosts_lines(nodes):
     """The managed block's lines, one per node in the given order: ``"<address> <name> [alias ...]"``.
 
-    ``nodes``: a list of ``{"name", "address", "fallback", "aliases"}`` (see ``node_address``).
-    Refuses names /etc/hosts cannot hold, a name given to two addresses, and nodes without an IP.
+    ``nodes``: a list of ``node_from_vars`` results.  Refuses names /etc/hosts cannot hold, a name
+    given to two addresses, and nodes without a usable IP.
     """
     if not nodes:
         raise ClusterHostsError("cluster_hosts_hosts is empty: no node to name. Fix: run the role on the "
@@ -86,7 +105,7 @@ def hosts_lines(nodes):
     for node in nodes:
         host = node.get("name")
         names = [host] + [a for a in (node.get("aliases") or []) if a != host]
-        bad = [n for n in names if not isinstance(n, str) or not NAME_RE.match(n)]
+        bad = [n for n in names if not isinstance(n, str) or not NAME_RE.fullmatch(n)]
         if bad:
             problems.append("%s: %s cannot stand in /etc/hosts (letters, digits, '-', '.' and '_' only, no spaces). "
                             "Fix: rename the host in the inventory, or correct cluster_hosts_aliases for %s"

@@ -395,9 +395,9 @@ def _is_loopback(addr):
 
 
 def _flag(value):
-    """An inventory boolean as Ansible reads it (true/false, yes/no, 1/0, on/off)."""
+    """An inventory boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
     if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "n", "0", "off", "")
+        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
     return bool(value)
 
 

@@ -40,11 +40,13 @@ def launcher_exit(nodes):
 
 
 def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=None, wall_time=None,
-              coordinator=None, launcher_log="", expect_metrics=True, rank_hosts=None):
+              coordinator=None, launcher_log="", expect_metrics=True, rank_hosts=None, coordinator_machine=None):
     """Build the run's summary from ``{rank: [records...]}``.
 
     ``rank_hosts``: rank -> inventory name, from the run's hostfile.  It names each rank's host
     (the names users see); the host the ranks' records give is used only for ranks it lacks.
+    ``coordinator_machine``: the coordinator's own hostname (its agent reports it): a rank whose
+    start record names that machine ran on the coordinator, whatever name the hostfile gives it.
 
     The run counts as successful only when the launcher exited 0, every expected
     rank wrote its ``done`` record, the ranks agree on the world size, and the
@@ -61,7 +63,8 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
         step_recs = [r for r in recs if r.get("event") == "step"]
         recorded = start.get("host") or (step_recs[0].get("host") if step_recs else None)
         host = (rank_hosts or {}).get(rank) or recorded
-        if coordinator is not None and recorded == coordinator:
+        if (coordinator is not None and recorded == coordinator) or \
+                (coordinator_machine is not None and start.get("machine") == coordinator_machine):
             on_coordinator.append(rank)
         ranks[rank] = {
             "host": host,

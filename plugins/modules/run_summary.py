@@ -206,7 +206,8 @@ def main():
     summary = summarize(p["run_id"], records, expected_world_size=p["world_size"], launcher_rc=launcher_rc,
                         wall_time=p["wall_time"], coordinator=p["coordinator"],
                         launcher_log="\n".join(launcher_logs.values()), expect_metrics=p["expect_metrics"],
-                        rank_hosts=rank_host)
+                        rank_hosts=rank_host,
+                        coordinator_machine=(nodes.get(p["coordinator"]) or {}).get("machine"))
     abort = None
     if os.path.exists(os.path.join(run_dir, "control", "ABORT")):
         try:

@@ -72,7 +72,7 @@ def provisioned(cluster):
 
 def podman(*args, **kw):
     """podman with the local cluster's containers.conf (what scripts/localcluster.py uses)."""
-    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    env = dict(os.environ, CONTAINERS_CONF=str(ROOT / ".cache" / "podman" / "containers.conf"))
     return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
 
 

@@ -52,8 +52,6 @@ def test_node_name_is_the_inventory_name(tmp_path, monkeypatch):
     monkeypatch.setattr("socket.gethostname", lambda: "worker7")
     assert node_name(tmp_path, {"CROSS_RANK": "1", "CROSS_SIZE": "2"}) == "gpu-a2"
     assert node_name(tmp_path, {"CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "gpu-a1"
-    # The launch may say it outright.
-    assert node_name(tmp_path, {"MULTINODE_DS_NODE": "gpu-b9", "CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "gpu-b9"
     # DeepSpeed fell back to one local node, no node rank, a rank outside the file, no hostfile: the hostname.
     assert node_name(tmp_path, {"CROSS_RANK": "0", "CROSS_SIZE": "1"}) == "worker7"
     assert node_name(tmp_path, {}) == "worker7"

@@ -36,7 +36,8 @@ def test_every_name_resolves_to_the_nodes_address(host):
             assert res.stdout.split()[0] == want, (alias, res.stdout, want)
 
 
-def test_the_block_wins_over_a_stale_line(host):
+def test_the_block_comes_before_a_stale_line(host):
+    # getent hosts takes the first matching line (as gethostbyname does): the block's, at the top.
     if host.backend.hostname == "mndsm-hosts-coord":
         assert "10.9.9.9 gpu-a1" in host.file("/etc/hosts").content_string
-    assert host.run("getent ahostsv4 gpu-a1").stdout.split()[0] == address("mndsm-hosts-w1")
+    assert host.run("getent hosts gpu-a1").stdout.split()[0] == address("mndsm-hosts-w1")

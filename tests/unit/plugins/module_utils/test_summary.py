@@ -78,3 +78,17 @@ def test_a_rank_that_ran_on_the_coordinator_is_caught_whatever_the_hostfile_says
     s = summarize("r1", {0: _rank(0, "coord", [5.0, 4.0], world=1)}, launcher_rc=0, coordinator="coord",
                   rank_hosts={0: "worker1"})
     assert s["status"] == "failed" and "the coordinator coord ran ranks [0]" in s["problems"]
+
+
+def test_a_one_worker_fallback_to_the_coordinator_is_caught_by_its_machine_name():
+    # DeepSpeed fell back to the local node on a one-worker job: the rank read the one-line hostfile and
+    # called itself "gpu-a1", but its start record names the machine it ran on, the coordinator's.
+    recs = _rank(0, "gpu-a1", [5.0, 4.0], world=1)
+    recs[0]["machine"] = "headnode"
+    s = summarize("r1", {0: recs}, expected_world_size=1, launcher_rc=0, coordinator="coord",
+                  rank_hosts={0: "gpu-a1"}, coordinator_machine="headnode")
+    assert s["status"] == "failed" and "the coordinator coord ran ranks [0]" in s["problems"]
+    recs[0]["machine"] = "worker1"
+    s = summarize("r1", {0: recs}, expected_world_size=1, launcher_rc=0, coordinator="coord",
+                  rank_hosts={0: "gpu-a1"}, coordinator_machine="headnode")
+    assert s["status"] == "success", s["problems"]

@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
 """What a launch through train.yml costs, against DeepSpeed's own launcher, on the local cluster.
 
-    scripts/bench-launch [--rounds 3] [--steps 10] [--model llama-tiny] [--json FILE]
+    make bench-launch [ROUNDS=3]
+    .venv/bin/python scripts/bench_launch.py [--rounds 3] [--steps 10] [--model llama-tiny] [--json FILE]
 
 Back to back, N rounds each, the same model, steps and hosts (the workers of the local cluster,
 one rank each):
@@ -46,7 +46,7 @@ COORD = "mnds-coord"
 
 def podman_exec(node_container: str, script: str, check: bool = True) -> subprocess.CompletedProcess:
     res = subprocess.run(["podman", "exec", node_container, "sh", "-c", script], capture_output=True, text=True,
-                         env={"CONTAINERS_CONF": str(CONF), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=False)
+                         env=dict(os.environ, CONTAINERS_CONF=str(CONF)), check=False)
     if check and res.returncode != 0:
         raise SystemExit(f"[bench-launch] {node_container}: {script[:80]}... failed: {res.stderr.strip()[-800:]}")
     return res
@@ -78,22 +78,27 @@ def bare(run_id: str, steps: int, model: str) -> dict:
     # The run's directory, its hostfile and its .deepspeed_env (with the job's NCCL/gloo settings that
     # provisioning wrote), as a user would make them; then the launcher, timed from here.
     prep = (f"mkdir -p {run_dir}/logs && cd {run_dir} && "
-            + "printf '%s\\n' " + " ".join(shlex.quote(f"{n} slots=1") for n, _ in hosts) + " > hostfile && "
+            + "printf '%s\\n' " + " ".join(shlex.quote(f"{h[0]} slots=1") for h in hosts) + " > hostfile && "
             + "{ printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)
             + "; grep -E '^[A-Za-z_][A-Za-z0-9_]*=' /etc/multinode-deepspeed/deepspeed_env || true; } > .deepspeed_env")
     podman_exec(COORD, prep)
     cmd = (f"cd {run_dir} && {VENV}/bin/deepspeed --hostfile {run_dir}/hostfile --master_addr {hosts[0][1]} "
-           f"--master_port 29500 --launcher pdsh --force_multi --module multinode_ds.train --model {model} "
-           f"--run-dir {run_dir} --steps {steps} --checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher.log 2>&1")
-    t0 = time.time()
-    res = podman_exec(COORD, cmd, check=False)
-    wall = time.time() - t0
-    if res.returncode != 0:
-        log = podman_exec(COORD, f"tail -20 {run_dir}/launcher.log", check=False).stdout
-        raise SystemExit(f"[bench-launch] bare deepspeed failed (rc={res.returncode}):\n{log}")
-    first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
-    podman_exec(COORD, f"rm -rf {run_dir}", check=False)
-    return {"first_step_s": first - t0 if first else None, "wall_s": wall}
+           f"--master_port 29500 --launcher pdsh --force_multi --module multinode_ds.train "
+           f"--model {shlex.quote(model)} --run-dir {run_dir} --steps {int(steps)} "
+           f"--checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher.log 2>&1")
+    try:
+        t0 = time.time()
+        res = podman_exec(COORD, cmd, check=False)
+        wall = time.time() - t0
+        if res.returncode != 0:
+            log = podman_exec(COORD, f"tail -20 {run_dir}/launcher.log", check=False).stdout
+            raise SystemExit(f"[bench-launch] bare deepspeed failed (rc={res.returncode}):\n{log}")
+        first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
+    finally:
+        podman_exec(COORD, f"rm -rf {run_dir}", check=False)
+    if first is None:
+        raise SystemExit("[bench-launch] bare deepspeed finished without a step record from rank 0")
+    return {"first_step_s": first - t0, "wall_s": wall}
 
 
 def playbook(run_id: str, steps: int, model: str, extra: list[str]) -> dict:
@@ -107,7 +112,9 @@ def playbook(run_id: str, steps: int, model: str, extra: list[str]) -> dict:
         raise SystemExit(f"[bench-launch] {' '.join(argv[1:])} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
     metrics = (ROOT / "runs" / run_id / "metrics" / "rank0.jsonl").read_text()
     first = first_step_time(metrics)
-    return {"first_step_s": first - t0 if first else None, "wall_s": wall}
+    if first is None:
+        raise SystemExit(f"[bench-launch] {run_id}: no step record from rank 0 in its metrics")
+    return {"first_step_s": first - t0, "wall_s": wall}
 
 
 def main(argv=None) -> int:
@@ -117,6 +124,8 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="llama-tiny")
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-launch.json"))
     args = p.parse_args(argv)
+    if args.rounds < 1 or args.steps < 1:
+        p.error("--rounds and --steps must be at least 1")
     if not INVENTORY.exists():
         raise SystemExit("[bench-launch] no local cluster: make cluster, then ansible-playbook site.yml")
     kinds = {"bare": lambda rid: bare(rid, args.steps, args.model),
