@@ -24,6 +24,8 @@ __metaclass__ = type
 import ipaddress
 import statistics
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
+
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 RDMA_PROFILES = ("ib", "roce")
 
@@ -303,23 +305,10 @@ def version_verdicts(versions, workers, coordinators):
 # --------------------------------------------------------------------------- ssh
 
 def ssh_required_pairs(backend, coordinators, rank_hosts):
-    """The (source, target) SSH connections a launch backend needs.
-
-    pdsh: DeepSpeed's launcher on the coordinator reaches every rank node; every node of the job
-    also reaches itself (DeepSpeed's launcher and pdsh treat a local entry like any other).
-    ssh-free: Ansible starts every node; no SSH between nodes.
-    """
-    if backend == "ssh-free":
-        return []
-    nodes = list(coordinators) + [h for h in rank_hosts if h not in coordinators]
-    pairs = []
-    for src in coordinators:
-        for dst in nodes:
-            pairs.append((src, dst))
-    for h in rank_hosts:
-        if (h, h) not in pairs:
-            pairs.append((h, h))
-    return pairs
+    """The (source, target) SSH connections a launch backend needs (its ``ssh_pairs``: for pdsh the
+    coordinator reaches every node of the job and every node itself; ssh-free needs none)."""
+    return [tuple(p) for p in backends.get(backend).ssh_pairs(
+        {"coordinators": list(coordinators), "rank_hosts": list(rank_hosts)})]
 
 
 def ssh_fix(src, dst, stderr, rc):
@@ -663,12 +652,13 @@ def _ulimit_kib(text):
 
 
 def rank_memlock(backend, coordinators, rank_hosts, probes, ssh):
-    """The memlock limit (KiB) each rank node's ranks get: through an SSH login for pdsh (read by
-    ``ulimit -l`` over the coordinator's connection), through Ansible's session for ssh-free."""
+    """The memlock limit (KiB) each rank node's ranks get: through an SSH login where the backend starts
+    ranks over SSH (pdsh; read by ``ulimit -l`` over the coordinator's connection), else through
+    Ansible's session (ssh-free)."""
     out = {}
     for host in rank_hosts:
         kib = None
-        if backend == "pdsh" and coordinators:
+        if backends.get(backend).ranks_over_ssh and coordinators:
             res = (ssh.get(coordinators[0]) or {}).get(host) or {}
             if int(res.get("rc", 1)) == 0:
                 kib = _ulimit_kib(res.get("stdout"))

@@ -1,0 +1,81 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Launch backends: how the ranks of a planned job start, what watches them, how a run stops.
+
+A backend is one file in this package with one ``Backend`` subclass, listed in ``REGISTRY`` below
+(the only place, with the backends' own files, that names them).  It answers from the job plan
+(``module_utils/job.py``) alone; it never runs anything:
+
+* ``launchers(job)``: the nodes whose agent starts a DeepSpeed launcher;
+* ``agents(job)``: every node that runs the run's agent (launchers and watchers);
+* ``launch_argv(job, node)``: the launcher's argv on that node;
+* ``ssh_pairs(job)``: the (source, target) SSH logins the launch needs (what preflight checks);
+* ``ranks_over_ssh``: whether the ranks start in an SSH login (their limits are that login's);
+* ``stop``: how a run is stopped (the agents' lease and ABORT file, for both backends here).
+
+Pure Python, no Ansible import.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+
+class BackendError(ValueError):
+    """An unknown backend; the message lists the known ones."""
+
+
+class Backend(object):
+    """The interface; see the package's docstring."""
+
+    NAME = None
+    DESCRIPTION = ""
+    ranks_over_ssh = False
+    stop = "lease"
+
+    def launchers(self, job):
+        raise NotImplementedError
+
+    def agents(self, job):
+        """Launchers first, then every rank node not yet listed."""
+        out = list(self.launchers(job))
+        out += [h for h in job["rank_hosts"] if h not in out]
+        return out
+
+    def launch_argv(self, job, node):
+        raise NotImplementedError
+
+    def ssh_pairs(self, job):
+        return []
+
+    @staticmethod
+    def deepspeed_argv(job):
+        """What every DeepSpeed launch of the job shares: hostfile, master, per-rank logs."""
+        return [job["venv"] + "/bin/deepspeed", "--hostfile", job["run_dir"] + "/hostfile",
+                "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
+                "--enable_each_rank_log", job["run_dir"] + "/logs"]
+
+    def describe(self, job):
+        """What the playbooks and the watch read: launchers, agents, the argv per launcher, SSH pairs."""
+        launchers = self.launchers(job)
+        return {"name": self.NAME, "launchers": launchers, "agents": self.agents(job),
+                "argv": dict((node, self.launch_argv(job, node)) for node in launchers),
+                "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ranks_over_ssh": self.ranks_over_ssh,
+                "stop": self.stop}
+
+
+# The registry: one import and one entry per backend.
+from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import pdsh  # noqa: E402
+from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import ssh_free  # noqa: E402
+
+REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend))
+
+
+def get(name):
+    """The backend called ``name``, or BackendError naming the known ones."""
+    if name not in REGISTRY:
+        raise BackendError("backend=%s is not a launch backend. Fix: -e backend=%s (%s)" % (
+            name, " or -e backend=".join(sorted(REGISTRY)),
+            "; ".join("%s: %s" % (n, REGISTRY[n].DESCRIPTION) for n in sorted(REGISTRY))))
+    return REGISTRY[name]()

@@ -1,0 +1,181 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job plan: everything a run is, computed once from the inventory, the facts and the -e values.
+
+``plan(settings, workers, coordinators, now)`` checks every value and returns the whole job:
+ranks per host and the hostfile, world size, master address and port, accelerator, the ranks'
+environment (run settings + the NCCL profile's and the stack's variables + the user's, validated),
+the program and its argv, the run id and its directories, and what the launch backend does with it
+(``backends``: launchers, agents, argv per launcher, SSH pairs).  Preflight, launch, watch and
+collect read this one result.
+
+Pure Python, no Ansible import: unit-tested on the controller.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import shlex
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile import HostfileError, build, with_slots
+
+# The one place for the collection's default paths and settings (what the roles install).
+DEFAULTS = {
+    "model": "llama-tiny",
+    "steps": 30,
+    "backend": "pdsh",
+    "master_port": 29500,
+    "timeout": 3600,
+    "save_interval": 0,
+    "shared_dir": "/srv/multinode-deepspeed",
+    "home": "/opt/multinode-deepspeed",
+    "venv": "/opt/multinode-deepspeed/venv",
+    "torch_extensions_dir": "/opt/multinode-deepspeed/torch_extensions",
+    "etc_dir": "/etc/multinode-deepspeed",
+}
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class JobError(ValueError):
+    """The job cannot be planned; the message has one sentence per problem, each with its fix."""
+
+
+def _whole(settings, key, low, high, unit, problems):
+    value = settings.get(key, DEFAULTS.get(key))
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not low <= int(text) <= (high or int(text)):
+        problems.append("%s=%r must be a whole number %s. Fix: -e %s=<%s>" % (
+            key, value, ">= %d" % low if not high else "from %d to %d" % (low, high), key, unit))
+        return None
+    return int(text)
+
+
+def host_list(value):
+    """``-e hosts=w1,w2`` (or a YAML list) -> ``['w1', 'w2']``."""
+    if value in (None, ""):
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def rank_env(job, settings, node_env):
+    """The environment every rank gets, in the order of precedence (later wins): the run's own
+    settings, the job's NCCL profile and stack variables (``node_env``), the user's
+    ``deepspeed_rank_env``.  Keys must be variable names and values single lines: every line
+    becomes a ``KEY=VALUE`` line of ``.deepspeed_env``, which DeepSpeed pastes into a remote shell."""
+    env = {"DS_ACCELERATOR": job["accelerator"], "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           "MULTINODE_DS_RUN_ID": job["run_id"], "MULTINODE_DS_RUN_DIR": job["run_dir"],
+           "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH}
+    if job.get("interface"):
+        env["GLOO_SOCKET_IFNAME"] = job["interface"]
+    env.update(node_env or {})
+    if settings.get("hf_token_set"):
+        env["HF_TOKEN_PATH"] = job["home"] + "/secrets/hf_token"
+    env.update(settings.get("deepspeed_rank_env") or {})
+    problems = []
+    for key, value in sorted(env.items()):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            problems.append("deepspeed_rank_env: %r is not a variable name. Fix: letters, digits and '_', "
+                            "not starting with a digit" % (key,))
+        elif value is None or "\n" in str(value) or "\r" in str(value):
+            problems.append("deepspeed_rank_env: %s must be one line of text (it becomes a line of .deepspeed_env). "
+                            "Fix: give %s a single-line value" % (key, key))
+    if problems:
+        raise JobError("; ".join(problems))
+    return dict((k, str(v)) for k, v in env.items())
+
+
+def program(job, settings):
+    """The argv after DeepSpeed's options: the bundled trainer's, or the user's script, + ``args``."""
+    if job["entrypoint"]:
+        argv = [job["entrypoint"]]
+    else:
+        argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
+                "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
+                "--save-interval", str(job["save_interval"])]
+        argv += ["--resume"] if settings.get("resume") else []
+        for key, flag in (("ds_config", "--ds-config"), ("model_path", "--model-path"), ("dataset", "--dataset")):
+            if settings.get(key):
+                argv += [flag, str(settings[key])]
+    return argv + job["args"]
+
+
+def plan(settings, workers, coordinators, now):
+    """The whole job, or JobError.
+
+    ``settings``: the -e values and inventory settings (keys of DEFAULTS, plus ``run_id``, ``hosts``,
+    ``exclude``, ``entrypoint``, ``args``, ``resume``, ``ds_config``, ``model_path``, ``dataset``,
+    ``deepspeed_rank_env``, ``hf_token_set``).  ``workers``: inventory name -> ``{"slots" (or None),
+    "accelerator" (deepspeed_accelerator, or None), "gpus", "address", "memtotal_mb", "interface",
+    "env"}`` in inventory order.  ``coordinators``: inventory names.  ``now``: a datetime (UTC) for
+    the default run id.
+    """
+    problems = []
+    job = dict((k, settings.get(k) or DEFAULTS[k]) for k in
+               ("model", "shared_dir", "home", "venv", "torch_extensions_dir", "etc_dir"))
+    job["steps"] = _whole(settings, "steps", 1, None, "steps", problems)
+    job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
+    job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems)
+    job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems)
+    backend_name = settings.get("backend") or DEFAULTS["backend"]
+    try:
+        backend = backends.get(backend_name)
+    except backends.BackendError as exc:
+        problems.append(str(exc))
+        backend = None
+    run_id = settings.get("run_id") or "%s-%s" % (now.strftime("%Y%m%d-%H%M%S"), job["model"])
+    if not RUN_ID_RE.fullmatch(str(run_id)):
+        problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
+                        "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
+    entrypoint = str(settings.get("entrypoint") or "")
+    if entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
+        problems.append("entrypoint=%r must be an absolute path that every node can read. Fix: put the script "
+                        "on the shared directory and pass its absolute path" % entrypoint)
+    try:
+        args = shlex.split(str(settings.get("args") or ""))
+    except ValueError as exc:
+        args = []
+        problems.append("args=%r cannot be split into arguments (%s). Fix: balance the quotes" % (
+            settings.get("args"), exc))
+    include, exclude = host_list(settings.get("hosts")), host_list(settings.get("exclude"))
+    candidates = dict((name, w.get("slots")) for name, w in workers.items() if w.get("slots") is not None)
+    layout = None
+    if not candidates:
+        problems.append("no worker has GPUs (nvidia-smi found none on %s) and none sets deepspeed_slots. Fix: set "
+                        "deepspeed_slots (ranks per node) for CPU workers in the inventory, or check the GPU driver "
+                        "on the workers (nvidia-smi)" % (", ".join(workers) or "no workers"))
+    else:
+        try:
+            layout = build(with_slots(list(candidates), candidates), exclude=exclude, include=include or None)
+        except HostfileError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise JobError("; ".join(problems))
+    rank_hosts = [h["name"] for h in layout["hosts"]]
+    master = workers[layout["master"]]
+    job.update({
+        "run_id": str(run_id), "backend": backend.NAME, "entrypoint": entrypoint, "args": args,
+        "run_dir": "%s/runs/%s" % (job["shared_dir"], run_id),
+        "checkpoint_dir": "%s/checkpoints/%s" % (job["shared_dir"], job["model"]),
+        "coordinators": list(coordinators), "rank_hosts": rank_hosts,
+        "slots": dict((h["name"], h["slots"]) for h in layout["hosts"]),
+        "first_ranks": dict((h["name"], h["first_rank"]) for h in layout["hosts"]),
+        "world_size": layout["world_size"], "hostfile": layout["text"], "ranks": layout["ranks"],
+        "master": layout["master"], "master_addr": master.get("address") or layout["master"],
+        "accelerator": master.get("accelerator") or ("cuda" if int(master.get("gpus") or 0) > 0 else "cpu"),
+        "metrics": not entrypoint,
+    })
+    interfaces = sorted(set(workers[h].get("interface") for h in rank_hosts) - {None, ""})
+    job["interface"] = interfaces[0] if len(interfaces) == 1 else None
+    memory = [workers[h].get("memtotal_mb") for h in rank_hosts]
+    job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
+    job["env"] = rank_env(job, settings, master.get("env") or {})
+    job["program"] = program(job, settings)
+    job["launch"] = backend.describe(job)
+    return job
