@@ -1,0 +1,67 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Plan the job on the controller from the play's variables and the workers' hostvars (module_utils/job.py)."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import datetime
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, plan
+
+# Play variable -> job setting (the -e names users type, and the roles' variables).
+SETTINGS = {
+    "model": "model", "steps": "steps", "args": "args", "backend": "backend", "entrypoint": "entrypoint",
+    "resume": "resume", "save_interval": "save_interval", "ds_config": "ds_config", "model_path": "model_path",
+    "dataset": "dataset", "master_port": "master_port", "timeout": "timeout", "run_id": "run_id", "hosts": "hosts",
+    "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "shared_dir_path": "shared_dir",
+    "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
+}
+FALSE = ("false", "no", "off", "n", "f", "0", "")
+
+
+def worker_facts(hv):
+    """What the plan needs of one worker, from its hostvars."""
+    facts = hv.get("ansible_facts") or {}
+    accel = hv.get("multinode_accelerators") or {}
+    gpus = int(accel.get("count") or hv.get("deepspeed_gpu_count") or 0)
+    slots = hv.get("deepspeed_slots")
+    if slots is None and gpus > 0:
+        slots = gpus
+    return {"slots": slots, "gpus": gpus, "accelerator": hv.get("deepspeed_accelerator") or None,
+            "address": hv.get("ansible_host") or None, "memtotal_mb": facts.get("memtotal_mb"),
+            "interface": (facts.get("default_ipv4") or {}).get("interface"),
+            "env": dict(hv.get("multinode_node_env") or {})}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(("settings", "workers", "coordinators"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        task_vars = task_vars or {}
+        args = self._task.args
+        settings = {}
+        for var, key in SETTINGS.items():
+            if var in task_vars and task_vars[var] is not None:
+                settings[key] = self._templar.template(task_vars[var])
+        settings["hf_token_set"] = "hf_token" in task_vars
+        settings.update(args.get("settings") or {})
+        if isinstance(settings.get("resume"), str):
+            settings["resume"] = settings["resume"].strip().lower() not in FALSE
+        groups = task_vars.get("groups") or {}
+        workers = list(args.get("workers") or groups.get("workers") or [])
+        coordinators = list(args.get("coordinators") or groups.get("coordinator") or [])
+        hostvars = task_vars.get("hostvars") or {}
+        try:
+            job = plan(settings, dict((w, worker_facts(hostvars[w])) for w in workers), coordinators,
+                       datetime.datetime.now(datetime.timezone.utc))
+        except JobError as exc:
+            result.update(failed=True, msg="The job cannot start: %s." % exc)
+            return result
+        result.update(changed=False, job=job)
+        return result

@@ -1,0 +1,74 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: job_plan
+short_description: Plan a DeepSpeed job once - ranks, master, environment, program and what the launch backend does
+version_added: "0.3.0"
+description:
+  - An action plugin; it runs on the controller and changes nothing anywhere.
+  - Reads the run's settings from the play's variables (the C(-e) values C(model), C(steps), C(args), C(backend),
+    C(entrypoint), C(resume), C(save_interval), C(ds_config), C(model_path), C(dataset), C(master_port), C(timeout),
+    C(run_id), C(hosts), C(exclude), the inventory's C(deepspeed_rank_env), C(shared_dir_path), C(stack_venv_dir),
+    C(stack_home), C(stack_torch_extensions_dir), and whether C(hf_token) is set), overridden by O(settings).
+  - Reads each worker's facts from C(hostvars) - C(deepspeed_slots), the GPU count (C(multinode_accelerators)),
+    C(deepspeed_accelerator), C(ansible_host), memory and default interface, and C(multinode_node_env) (the job's
+    NCCL and stack variables, when a task recorded them).
+  - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
+    its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/job.py) and the launch
+    backends are C(plugins/module_utils/backends/) (C(docs/backends.md)).
+options:
+  settings:
+    description: Settings that win over the play's variables (same names).
+    type: dict
+    default: {}
+  workers:
+    description: The candidate rank hosts, in order (default the group C(workers)).
+    type: list
+    elements: str
+  coordinators:
+    description: The hosts that run the launcher (default the group C(coordinator)).
+    type: list
+    elements: str
+attributes:
+  check_mode:
+    support: full
+    description: Plans only; nothing changes in either mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is no diff.
+author:
+  - multinode.deepspeed developers (@multinode)
+"""
+
+EXAMPLES = r"""
+- name: Plan the job (fails naming the value and the fix)
+  multinode.deepspeed.job_plan:
+  register: train_plan
+
+- name: Plan a job on two workers with the ssh-free backend
+  multinode.deepspeed.job_plan:
+    settings:
+      backend: ssh-free
+      hosts: [gpu-a1, gpu-a2]
+  register: train_plan
+"""
+
+RETURN = r"""
+job:
+  description:
+    - The job. Keys include C(run_id), C(run_dir), C(checkpoint_dir), C(backend), C(rank_hosts), C(slots),
+      C(first_ranks), C(world_size), C(hostfile), C(ranks), C(master), C(master_addr), C(master_port),
+      C(accelerator), C(env) (the ranks' environment), C(program) (the argv after DeepSpeed's options), C(metrics)
+      (the bundled trainer writes metrics), C(rank_memory_gib), and C(launch) - the backend's C(launchers),
+      C(agents), C(argv) per launcher, C(ssh_pairs) and C(ranks_over_ssh).
+  returned: success
+  type: dict
+"""

@@ -1,0 +1,59 @@
+"""The job_plan action: settings from the play's variables, workers from hostvars, errors as failures."""
+from unittest.mock import MagicMock
+
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+from ansible_collections.multinode.deepspeed.plugins.action.job_plan import ActionModule, worker_facts
+
+CPU = {"ansible_host": "10.89.0.11", "deepspeed_slots": 1, "multinode_accelerators": {"count": 0},
+       "ansible_facts": {"memtotal_mb": 8192, "default_ipv4": {"interface": "eth0"}},
+       "multinode_node_env": {"NCCL_IB_DISABLE": "1"}}
+
+
+def action(args):
+    task = MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = False
+    task.diff = False
+    task.action = "multinode.deepspeed.job_plan"
+    plugin = ActionModule(task, MagicMock(), MagicMock(), loader=DataLoader(),
+                          templar=Templar(loader=DataLoader(), variables={}), shared_loader_obj=None)
+    plugin._shared_loader_obj = MagicMock()
+    return plugin
+
+
+def task_vars(**extra):
+    hostvars = {"coord": {"ansible_host": "10.89.0.10"}, "worker1": dict(CPU),
+                "worker2": dict(CPU, ansible_host="10.89.0.12")}
+    out = {"groups": {"coordinator": ["coord"], "workers": ["worker1", "worker2"]}, "hostvars": hostvars}
+    out.update(extra)
+    return out
+
+
+def test_worker_facts_slots_from_gpus_or_the_inventory():
+    assert worker_facts(CPU)["slots"] == 1 and worker_facts(CPU)["interface"] == "eth0"
+    gpu = {"multinode_accelerators": {"count": 8}, "ansible_host": "10.0.0.5"}
+    assert worker_facts(gpu)["slots"] == 8 and worker_facts(gpu)["gpus"] == 8
+    assert worker_facts({"ansible_host": "10.0.0.6"})["slots"] is None
+
+
+def test_plans_from_the_play_variables():
+    res = action({}).run(task_vars=task_vars(steps="5", backend="ssh-free", run_id="r1", resume="false",
+                                             shared_dir_path="/shared", hf_token="hf_XyZ123"))
+    assert not res.get("failed"), res.get("msg")
+    job = res["job"]
+    assert (job["run_id"], job["steps"], job["backend"], job["run_dir"]) == ("r1", 5, "ssh-free", "/shared/runs/r1")
+    assert job["launch"]["launchers"] == ["worker1", "worker2"] and "--resume" not in job["program"]
+    assert job["env"]["NCCL_IB_DISABLE"] == "1" and "HF_TOKEN_PATH" in job["env"]
+    assert "hf_XyZ123" not in repr(job)
+
+
+def test_settings_win_and_errors_fail_the_task():
+    res = action({"settings": {"run_id": "r2", "hosts": ["worker2"]}}).run(task_vars=task_vars(run_id="r1"))
+    assert res["job"]["run_id"] == "r2" and res["job"]["rank_hosts"] == ["worker2"]
+    res = action({}).run(task_vars=task_vars(steps="0", backend="mpi"))
+    assert res["failed"] is True
+    assert res["msg"].startswith("The job cannot start: steps='0' must be a whole number >= 1")
+    assert "backend=mpi is not a launch backend" in res["msg"]
