@@ -50,10 +50,21 @@ def _whole(settings, key, low, high, unit, problems):
     value = settings.get(key, DEFAULTS.get(key))
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or not low <= int(text) <= (high or int(text)):
-        problems.append("%s=%r must be a whole number %s. Fix: -e %s=<%s>" % (
-            key, value, ">= %d" % low if not high else "from %d to %d" % (low, high), key, unit))
+        problems.append("%s=%s must be a whole number %s. Fix: -e %s=<%s>" % (
+            key, value, ">= %d" % low if not high else "in %d-%d" % (low, high), key, unit))
         return None
     return int(text)
+
+
+def parse_env(text):
+    """``KEY=VALUE`` lines (the files provisioning writes: deepspeed_env, stack.env) -> dict; other lines
+    (blanks, comments, anything that is not a variable assignment) are skipped."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and ENV_KEY_RE.fullmatch(key):
+            out[key] = value
+    return out
 
 
 def host_list(value):

@@ -55,5 +55,5 @@ def test_settings_win_and_errors_fail_the_task():
     assert res["job"]["run_id"] == "r2" and res["job"]["rank_hosts"] == ["worker2"]
     res = action({}).run(task_vars=task_vars(steps="0", backend="mpi"))
     assert res["failed"] is True
-    assert res["msg"].startswith("The job cannot start: steps='0' must be a whole number >= 1")
+    assert res["msg"].startswith("The job cannot start: steps=0 must be a whole number >= 1")
     assert "backend=mpi is not a launch backend" in res["msg"]

@@ -4,7 +4,8 @@ import datetime
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import DEFAULTS, JobError, host_list, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import (
+    DEFAULTS, JobError, host_list, parse_env, plan)
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
 NCCL_ENV = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
@@ -69,8 +70,8 @@ def test_every_bad_value_at_once():
         plan({"steps": 0, "master_port": "80", "timeout": "soon", "save_interval": -1, "run_id": "../x",
               "entrypoint": "train.py", "args": "--name 'unbalanced"}, WORKERS, ["coord"], NOW)
     msg = str(err.value)
-    for part in ("steps=0 must be a whole number >= 1", "master_port='80' must be a whole number from 1024 to 65535",
-                 "timeout='soon'", "save_interval=-1", "run_id='../x'", "entrypoint='train.py' must be an absolute",
+    for part in ("steps=0 must be a whole number >= 1", "master_port=80 must be a whole number in 1024-65535",
+                 "timeout=soon", "save_interval=-1", "run_id='../x'", "entrypoint='train.py' must be an absolute",
                  "args=\"--name 'unbalanced\" cannot be split"):
         assert part in msg, (part, msg)
 
@@ -130,3 +131,9 @@ def test_defaults_are_the_roles_paths():
     assert DEFAULTS["venv"] == DEFAULTS["home"] + "/venv"
     job = plan({"shared_dir": "/shared", "venv": "/srv/venv"}, WORKERS, ["coord"], NOW)
     assert job["run_dir"].startswith("/shared/runs/") and job["launch"]["argv"]["coord"][0] == "/srv/venv/bin/deepspeed"
+
+
+def test_parse_env_keeps_only_assignments():
+    text = "NCCL_IB_DISABLE=1\n\n# a comment\nNCCL_SOCKET_IFNAME==eth0\nnot a line\n1X=2\nCUDA_HOME=/usr/local/cuda\n"
+    assert parse_env(text) == {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0", "CUDA_HOME": "/usr/local/cuda"}
+    assert parse_env(None) == {}
