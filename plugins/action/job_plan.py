@@ -10,7 +10,7 @@ __metaclass__ = type
 import datetime
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, flag, plan
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {
@@ -20,7 +20,6 @@ SETTINGS = {
     "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "shared_dir_path": "shared_dir",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
-FALSE = ("false", "no", "off", "n", "f", "0", "")
 
 
 def worker_facts(hv):
@@ -51,8 +50,8 @@ class ActionModule(ActionBase):
                 settings[key] = self._templar.template(task_vars[var])
         settings["hf_token_set"] = "hf_token" in task_vars
         settings.update(args.get("settings") or {})
-        if isinstance(settings.get("resume"), str):
-            settings["resume"] = settings["resume"].strip().lower() not in FALSE
+        if "resume" in settings:
+            settings["resume"] = flag(settings["resume"])
         groups = task_vars.get("groups") or {}
         workers = list(args.get("workers") or groups.get("workers") or [])
         coordinators = list(args.get("coordinators") or groups.get("coordinator") or [])

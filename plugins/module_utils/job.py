@@ -42,6 +42,13 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def flag(value):
+    """An inventory or -e boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
+    return bool(value)
+
+
 class JobError(ValueError):
     """The job cannot be planned; the message has one sentence per problem, each with its fix."""
 

@@ -25,6 +25,7 @@ import ipaddress
 import statistics
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import flag
 
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 RDMA_PROFILES = ("ib", "roce")
@@ -383,13 +384,6 @@ def _is_loopback(addr):
         return False
 
 
-def _flag(value):
-    """An inventory boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
-    return bool(value)
-
-
 def _names_fix(src, wanted, hosts_file_off):
     """One fix for every name ``src`` gets wrong; ``wanted``: [(name, address)]."""
     entries = ", ".join("%s %s" % (want, name) for name, want in wanted)
@@ -724,7 +718,7 @@ def evaluate(data, settings=None):
         verdicts += port_verdicts(job["master"], job["master_port"], port["listener"], port["probes"])
     resolved = dict((h, (probes.get(h) or {}).get("resolved") or {}) for h in nodes if h in probes)
     verdicts += name_verdicts(resolved, data.get("expected_addresses") or {}, data.get("own_addresses") or {},
-                              [h for h, on in (data.get("hosts_file") or {}).items() if not _flag(on)])
+                              [h for h, on in (data.get("hosts_file") or {}).items() if not flag(on)])
     clocked = dict((h, probes[h]) for h in nodes if h in probes and "controller_before" in probes[h])
     verdicts += clock_verdicts(clocked, float(cfg["max_clock_skew"]))
     paths = {"shared": job["shared_dir"], "local": job["local_dir"]}
