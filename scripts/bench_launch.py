@@ -8,8 +8,11 @@ one rank each):
 
   bare       on the coordinator: deepspeed --hostfile H --master_addr M --launcher pdsh
              --module multinode_ds.train ..., with the environment train.yml gives the ranks
-  train      ansible-playbook train.yml (preflight on, the default)
+  train      ansible-playbook train.yml (preflight on, the default: a passing preflight of the same
+             job is reused; the first round's "force" run below records one)
   no-pf      ansible-playbook train.yml -e preflight=false
+  force      ansible-playbook train.yml -e preflight=force (the full preflight, every time)
+  mitogen    (with --mitogen DIR) no-pf under Mitogen's mitogen_linear strategy
 
 For each: seconds from the command's start to rank 0's first finished step (the time in its
 first step record, metrics/rank0.jsonl; the nodes share this machine's clock), and the whole
@@ -101,10 +104,14 @@ def bare(run_id: str, steps: int, model: str) -> dict:
     return {"first_step_s": first - t0, "wall_s": wall}
 
 
-def playbook(run_id: str, steps: int, model: str, extra: list[str]) -> dict:
+def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:
     argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
             "-e", f"run_id={run_id}", *extra]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    if mitogen:
+        # Mitogen for Ansible, unpacked (not installed) at MITOGEN: its strategy plugin, for a comparison.
+        env.update(PYTHONPATH=mitogen, ANSIBLE_STRATEGY_PLUGINS=f"{mitogen}/ansible_mitogen/plugins/strategy",
+                   ANSIBLE_STRATEGY="mitogen_linear")
     t0 = time.time()
     res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     wall = time.time() - t0
@@ -123,14 +130,21 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--model", default="llama-tiny")
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-launch.json"))
+    p.add_argument("--mitogen", metavar="DIR",
+                   help="also run train.yml -e preflight=false under Mitogen's strategy (kind 'mitogen'), from an "
+                        "unpacked mitogen wheel in DIR (pip download mitogen; unzip)")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         p.error("--rounds and --steps must be at least 1")
     if not INVENTORY.exists():
         raise SystemExit("[bench-launch] no local cluster: make cluster, then ansible-playbook site.yml")
     kinds = {"bare": lambda rid: bare(rid, args.steps, args.model),
+             "force": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=force"]),
              "train": lambda rid: playbook(rid, args.steps, args.model, []),
              "no-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"])}
+    if args.mitogen:
+        kinds["mitogen"] = lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"],
+                                                mitogen=args.mitogen)
     results = dict((k, []) for k in kinds)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for rnd in range(1, args.rounds + 1):

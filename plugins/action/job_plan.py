@@ -25,15 +25,18 @@ SETTINGS = {
 def worker_facts(hv):
     """What the plan needs of one worker, from its hostvars."""
     facts = hv.get("ansible_facts") or {}
+    node = hv.get("multinode_node") or {}
     accel = hv.get("multinode_accelerators") or {}
     gpus = int(accel.get("count") or hv.get("deepspeed_gpu_count") or 0)
     slots = hv.get("deepspeed_slots")
     if slots is None and gpus > 0:
         slots = gpus
     return {"slots": slots, "gpus": gpus, "accelerator": hv.get("deepspeed_accelerator") or None,
-            "address": hv.get("ansible_host") or None, "memtotal_mb": facts.get("memtotal_mb"),
-            "interface": (facts.get("default_ipv4") or {}).get("interface"),
-            "env": dict(hv.get("multinode_node_env") or {})}
+            "address": hv.get("ansible_host") or None,
+            "memtotal_mb": node.get("memtotal_mb") or facts.get("memtotal_mb"),
+            "interface": node.get("interface") or (facts.get("default_ipv4") or {}).get("interface"),
+            "env": dict(hv.get("multinode_node_env") or {}),
+            "answered": None}
 
 
 class ActionModule(ActionBase):
@@ -56,8 +59,14 @@ class ActionModule(ActionBase):
         workers = list(args.get("workers") or groups.get("workers") or [])
         coordinators = list(args.get("coordinators") or groups.get("coordinator") or [])
         hostvars = task_vars.get("hostvars") or {}
+        facts = dict((w, worker_facts(hostvars[w])) for w in workers)
+        # A worker of this play that failed or was unreachable (reading it failed) cannot take ranks.
+        alive, targeted = task_vars.get("ansible_play_hosts"), task_vars.get("ansible_play_hosts_all") or []
+        for w in workers:
+            if alive is not None and w in targeted:
+                facts[w]["answered"] = w in alive
         try:
-            job = plan(settings, dict((w, worker_facts(hostvars[w])) for w in workers), coordinators,
+            job = plan(settings, facts, coordinators,
                        datetime.datetime.now(datetime.timezone.utc))
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)

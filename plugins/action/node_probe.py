@@ -14,7 +14,8 @@ from ansible.plugins.action import ActionBase
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("names", "paths", "ssh_targets", "ssh_timeout"))
+    _VALID_ARGS = frozenset(("names", "paths", "ssh_targets", "ssh_timeout", "listen_port", "listen_expect",
+                             "listen_seconds", "connect_host", "connect_port", "connect_seconds"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -25,5 +26,6 @@ class ActionModule(ActionBase):
         result.update(res)
         if not res.get("failed"):
             result["controller_before"] = before
-            result["controller_after"] = after
+            # The node read its clock before the waits (SSH, the port test): the bracket ends that much earlier.
+            result["controller_after"] = max(before, after - float(res.get("elapsed") or 0))
         return result

@@ -27,7 +27,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile impor
 DEFAULTS = {
     "model": "llama-tiny",
     "steps": 30,
-    "backend": "pdsh",
+    "backend": backends.DEFAULT,
     "master_port": 29500,
     "timeout": 3600,
     "save_interval": 0,
@@ -176,6 +176,11 @@ def plan(settings, workers, coordinators, now):
     if problems:
         raise JobError("; ".join(problems))
     rank_hosts = [h["name"] for h in layout["hosts"]]
+    silent = [h for h in rank_hosts if workers[h].get("answered") is False]
+    if silent:
+        raise JobError("%s did not answer (unreachable, or reading it failed: the error is above), so a job on %s "
+                       "cannot start. Fix: repair %s, or leave it out with -e exclude=%s" % (
+                           ", ".join(silent), ", ".join(rank_hosts), ", ".join(silent), ",".join(silent)))
     master = workers[layout["master"]]
     job.update({
         "run_id": str(run_id), "backend": backend.NAME, "entrypoint": entrypoint, "args": args,
@@ -196,4 +201,26 @@ def plan(settings, workers, coordinators, now):
     job["env"] = rank_env(job, settings, master.get("env") or {})
     job["program"] = program(job, settings)
     job["launch"] = backend.describe(job)
+    job["allreduce"] = allreduce_argv(job)
+    job["dry_run"] = dry_run_argv(job) if job["metrics"] else None
     return job
+
+
+def dry_run_argv(job):
+    """The bundled trainer's check of model, data, config and memory (no torch import, nothing trained)."""
+    argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.train", "--dry-run", "--world-size",
+            str(job["world_size"])]
+    if job.get("rank_memory_gib"):
+        argv += ["--memory-gib", str(job["rank_memory_gib"])]
+    return argv + job["program"][2:]
+
+
+def allreduce_argv(job):
+    """Preflight's all-reduce test with the job's layout, per rank node (``--label``, ``--out`` and
+    ``--max-bytes`` are the test's own): the same master, port, ranks and accelerator as the run."""
+    backend = "nccl" if job["accelerator"] == "cuda" else "gloo"
+    return dict((host, [job["venv"] + "/bin/python", "-m", "multinode_ds.allreduce_perf",
+                        "--master-addr", job["master_addr"], "--master-port", str(job["master_port"]),
+                        "--world-size", str(job["world_size"]), "--first-rank", str(job["first_ranks"][host]),
+                        "--nproc", str(job["slots"][host]), "--backend", backend, "--node", host])
+                for host in job["rank_hosts"])

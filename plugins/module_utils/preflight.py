@@ -21,7 +21,9 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import ipaddress
+import json
 import statistics
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
@@ -605,7 +607,7 @@ def port_verdicts(master, port, listener, probes):
         else:
             why = (res.get("msg") or "").strip()
             out.append(verdict("master_port", host, FAIL, "cannot reach %s:%s: %s" % (master, port, why),
-                               "open port %s between %s and %s (firewall), or -e master_port=..." % (port, host, master)))
+                               "open port %s between %s and %s (firewall), or -e master_port=<a free port>" % (port, host, master)))
     return out
 
 
@@ -678,6 +680,192 @@ def normalize_port(port):
         probes = dict((r.get("item"), {"rc": r.get("rc", 1), "msg": (r.get("stderr") or r.get("msg") or "").strip()})
                       for r in probes)
     return {"listener": {"rc": int(rc), "msg": msg}, "probes": probes}
+
+
+VERSION_COLUMNS = ("python", "torch", "cuda", "nccl", "deepspeed", "transformers", "trainer")
+RESULT_PREFIX = "ALLREDUCE_RESULT "
+
+
+def version_table(nodes, versions, gpus, workers):
+    """The version table (as site.yml prints it): host, role, GPUs, then one column per version."""
+    lines = ["%-14s%-8s%-26s" % ("host", "role", "gpus") + "".join("%-16s" % c for c in VERSION_COLUMNS)]
+    for host in nodes:
+        acc = gpus.get(host) or {}
+        count = int(acc.get("count") or 0)
+        gpu_text = "%d x %s" % (count, "/".join(acc.get("names") or [])) if count else "-"
+        row = versions.get(host) or {}
+        lines.append("%-14s%-8s%-26s" % (host, "worker" if host in workers else "coord", gpu_text)
+                     + "".join("%-16s" % row.get(c, "?") for c in VERSION_COLUMNS))
+    return "\n".join(lines)
+
+
+def bandwidth_test(label, results, master):
+    """One all-reduce test from every rank node's async result: ``{label, ok, error, raw}``.
+
+    ``results``: host -> what ``async_status`` returned for ``multinode_ds.allreduce_perf`` on that node;
+    global rank 0 (on ``master``) prints the result as its last ``ALLREDUCE_RESULT {json}`` line."""
+    errors, raw = [], None
+    for host in sorted(results):
+        res = results[host] or {}
+        if int(res.get("rc", 1) if res.get("rc") is not None else 1) != 0:
+            text = (res.get("stderr") or res.get("msg") or "").strip()
+            errors.append("%s: %s" % (host, " | ".join(text.splitlines()[-3:]) or "exit %s" % res.get("rc", "?")))
+    for line in reversed(((results.get(master) or {}).get("stdout") or "").splitlines()):
+        if line.startswith(RESULT_PREFIX):
+            try:
+                raw = json.loads(line[len(RESULT_PREFIX):])
+            except ValueError:
+                raw = None
+            break
+    return {"label": label, "ok": not errors, "error": "; ".join(errors), "raw": raw}
+
+
+def gather(job, nodevars, workers=None):
+    """The report's data from what the preflight role left in each node's variables.
+
+    ``job``: the plan (module_utils/job.py) with ``profile`` added; ``nodevars``: host -> its hostvars
+    (``multinode_node``, ``multinode_accelerators``, ``multinode_fabric``, ``cluster_hosts_file``,
+    ``preflight_probe``, ``preflight_node_link_gbps``, ``preflight_node_tcp_link_gbps``, ``preflight_bw``)."""
+    ranks = list(job["rank_hosts"])
+    nodes = list(job["coordinators"]) + [h for h in ranks if h not in job["coordinators"]]
+    hv = dict((h, nodevars.get(h) or {}) for h in nodes)
+    node = dict((h, hv[h].get("multinode_node") or {}) for h in nodes)
+    probes = dict((h, hv[h].get("preflight_probe")) for h in nodes if hv[h].get("preflight_probe") is not None)
+    report_job = dict(job)
+    report_job["rank_hosts"] = dict(job["slots"])
+    report_job["local_dir"] = job.get("home")
+    data = {
+        "job": report_job,
+        "versions": dict((h, node[h].get("versions") or {"error": "the node did not answer"}) for h in nodes),
+        "probes": probes,
+        "ssh": probes,
+        "gpus": dict((h, (hv[h].get("multinode_accelerators") or {}).get("count")) for h in ranks),
+        "expected_addresses": dict((h, (hv[h].get("multinode_fabric") or {}).get("cluster_address")) for h in nodes),
+        "hosts_file": dict((h, hv[h].get("cluster_hosts_file", True)) for h in nodes),
+        "own_addresses": dict((h, list(node[h].get("ipv4") or []) + list(node[h].get("ipv6") or [])) for h in nodes),
+        "link_gbps": dict((h, hv[h].get("preflight_node_link_gbps")) for h in ranks),
+        "tcp_link_gbps": dict((h, hv[h].get("preflight_node_tcp_link_gbps")) for h in ranks),
+    }
+    for h in ranks:
+        data["gpus"][h + ":status"] = (hv[h].get("multinode_accelerators") or {}).get("status")
+    master = job["master"]
+    listener = ((probes.get(master) or {}).get("listen"))
+    if listener is not None:
+        data["port"] = {"listener": {"rc": listener.get("rc", 1), "msg": listener.get("msg", "")},
+                        "probes": dict((h, (probes.get(h) or {}).get("connect") or {"rc": 1, "msg": "no answer"})
+                                       for h in ranks)}
+    tests = {}
+    for h in ranks:
+        for label, res in (hv[h].get("preflight_bw") or {}).items():
+            tests.setdefault(label, {})[h] = res
+    primary = (job.get("profile") or "tcp") if job.get("accelerator") == "cuda" else "tcp"
+    bandwidth = {"primary": None, "fallback": None}
+    if primary in tests:
+        bandwidth["primary"] = bandwidth_test(primary, tests[primary], master)
+    if primary != "tcp" and "tcp" in tests:
+        bandwidth["fallback"] = bandwidth_test("tcp", tests["tcp"], master)
+    data["bandwidth"] = bandwidth
+    data["version_table"] = version_table(nodes, data["versions"], dict(
+        (h, hv[h].get("multinode_accelerators") or {}) for h in nodes), workers if workers is not None else ranks)
+    return data
+
+
+def retest_needed(job, nodevars, link_gbps=None, fractions=None):
+    """Whether the job's RDMA profile failed its all-reduce test, so that a tcp test should say whether
+    the fabric is to blame (``nodevars`` as for ``gather``; ``link_gbps``: preflight_link_gbps)."""
+    backend = "nccl" if job.get("accelerator") == "cuda" else "gloo"
+    profile = job.get("profile") or "tcp"
+    if backend != "nccl" or profile not in RDMA_PROFILES:
+        return False
+    ranks = list(job["rank_hosts"])
+    results = dict((h, ((nodevars.get(h) or {}).get("preflight_bw") or {}).get(profile)) for h in ranks)
+    if any(r is None for r in results.values()):
+        return False
+    test = bandwidth_test(profile, results, job["master"])
+    if link_gbps in (None, ""):
+        link_gbps = job_link_gbps(dict((h, (nodevars.get(h) or {}).get("preflight_node_link_gbps")) for h in ranks))
+    ratios = dict(DEFAULT_FRACTIONS)
+    ratios.update(dict((k, float(v)) for k, v in (fractions or {}).items()))
+    judged = judge_bandwidth(test, len(ranks), profile, backend, None if link_gbps is None else float(link_gbps),
+                             ratios)
+    return needs_fallback_test(profile, backend, judged)
+
+
+# --------------------------------------------------------------------------- reuse of a passing preflight
+
+# Variables of the ranks' environment that name one run, not the job's layout.
+RUN_ONLY_ENV = ("MULTINODE_DS_RUN_ID", "MULTINODE_DS_RUN_DIR", "HF_TOKEN_PATH")
+
+
+def _number(value):
+    try:
+        return float(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def check_settings(settings):
+    """One sentence per preflight setting that is out of range (empty: all good), each with the fix."""
+    problems = []
+    for key in ("max_clock_skew", "min_free_gib_shared", "min_free_gib_local"):
+        value = _number(settings.get(key, DEFAULTS[key]))
+        if value is None or value < 0:
+            problems.append("preflight_%s=%s must be a number >= 0" % (key, settings.get(key)))
+    link = settings.get("link_gbps")
+    if link not in (None, "") and (_number(link) or 0) <= 0:
+        problems.append("preflight_link_gbps=%s must be Gb/s > 0 (or empty: from the fabric facts)" % link)
+    fractions = settings.get("bandwidth_fraction") or {}
+    if not isinstance(fractions, dict):
+        problems.append("preflight_bandwidth_fraction=%s must be a mapping of ib, roce, tcp, gloo to (0, 1]" % (fractions,))
+    else:
+        for key, value in sorted(fractions.items()):
+            number = _number(value)
+            if key not in DEFAULT_FRACTIONS or number is None or not 0 < number <= 1:
+                problems.append("preflight_bandwidth_fraction: %s=%s (keys ib, roce, tcp, gloo; values in (0, 1])"
+                                % (key, value))
+    top = settings.get("max_bytes")
+    if top not in (None, "") and not (str(top).strip().isdigit() and int(str(top).strip()) >= 65536):
+        problems.append("preflight_max_bytes=%s must be whole bytes >= 65536 (or empty)" % top)
+    timeout = settings.get("bandwidth_timeout", 120)
+    if not (str(timeout).strip().isdigit() and int(str(timeout).strip()) >= 10):
+        problems.append("preflight_bandwidth_timeout=%s must be whole seconds >= 10" % timeout)
+    return problems
+
+
+def reuse_key(job, nodevars, settings=None):
+    """What a preflight checked, as one hash: a passing preflight stands while it is the same.
+
+    The job's layout (rank nodes and slots, master, port, backend, accelerator, the ranks'
+    environment but for the run's own id and directory), every node's inventory address and
+    addresses, every node's stack fingerprint (module node_facts: any changed package changes it),
+    and the preflight's own settings.  A new run id, model or step count keeps it."""
+    nodes = list(job["coordinators"]) + [h for h in job["rank_hosts"] if h not in job["coordinators"]]
+    per_node = {}
+    for host in nodes:
+        hv = nodevars.get(host) or {}
+        node = hv.get("multinode_node") or {}
+        per_node[host] = {"ansible_host": hv.get("ansible_host") or host, "ipv4": sorted(node.get("ipv4") or []),
+                          "stack": node.get("stack_fingerprint"), "gpus": (hv.get("multinode_accelerators") or {})
+                          .get("count"), "hosts_file": flag(hv.get("cluster_hosts_file", True))}
+    doc = {"slots": job["slots"], "master": job["master"], "master_addr": job["master_addr"],
+           "master_port": job["master_port"], "backend": job["backend"], "accelerator": job["accelerator"],
+           "env": dict((k, v) for k, v in job["env"].items() if k not in RUN_ONLY_ENV),
+           "shared_dir": job["shared_dir"], "home": job["home"], "nodes": per_node,
+           "settings": dict((k, v) for k, v in (settings or {}).items() if v not in (None, ""))}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode("utf-8")).hexdigest()[:24]
+
+
+def reuse_verdict(record, key, now, max_age):
+    """``(reuse, why)``: whether a recorded preflight stands for a job with ``key`` at ``now`` (epoch s)."""
+    if not record:
+        return False, "no passing preflight recorded for this job layout, stack and addresses"
+    if record.get("key") != key or record.get("status") != PASS:
+        return False, "the recorded preflight is for another job layout, stack or addresses"
+    age = now - float(record.get("time") or 0)
+    if age < 0 or age > float(max_age):
+        return False, "the last passing preflight is %.0f s old (preflight_max_age=%s)" % (age, max_age)
+    return True, "a passing preflight of %.0f s ago (%s) checked this job layout, stack and addresses" % (
+        age, record.get("run_id") or "?")
 
 
 def _answered(result):

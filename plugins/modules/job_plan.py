@@ -67,8 +67,12 @@ job:
     - The job. Keys include C(run_id), C(run_dir), C(checkpoint_dir), C(backend), C(rank_hosts), C(slots),
       C(first_ranks), C(world_size), C(hostfile), C(ranks), C(master), C(master_addr), C(master_port),
       C(accelerator), C(env) (the ranks' environment), C(program) (the argv after DeepSpeed's options), C(metrics)
-      (the bundled trainer writes metrics), C(rank_memory_gib), and C(launch) - the backend's C(launchers),
-      C(agents), C(argv) per launcher, C(ssh_pairs) and C(ranks_over_ssh).
+      (the bundled trainer writes metrics), C(rank_memory_gib), C(dry_run) (the bundled trainer's check, for
+      M(multinode.deepspeed.run_prepare); none for a user's script), C(allreduce) (preflight's all-reduce test per rank
+      node), and C(launch) - the backend's C(launchers), C(agents), C(argv) per launcher, C(agent_argv) per agent
+      (M(multinode.deepspeed.agent_start)), C(ssh_pairs), C(ssh_targets) per source node, C(ranks_over_ssh) and C(stop).
+    - Fails when a rank node of the job did not answer in this play (unreachable, or reading it failed), naming it and
+      C(-e exclude).
   returned: success
   type: dict
 """

@@ -25,10 +25,10 @@ description:
 options:
   data:
     description:
-      - What the playbook gathered; keys C(job), C(versions), C(probes), C(ssh), C(port), C(gpus),
+      - What the nodes reported; keys C(job), C(versions), C(probes), C(ssh), C(port), C(gpus),
         C(expected_addresses), C(own_addresses), C(link_gbps), C(tcp_link_gbps), C(bandwidth).
+      - Leave it out and give O(job) to have the action plugin gather it.
     type: dict
-    required: true
   settings:
     description:
       - Bounds and thresholds; keys C(max_clock_skew), C(min_free_gib_shared), C(min_free_gib_local),
@@ -39,9 +39,25 @@ options:
   dest:
     description: Directory to write C(preflight.json) and C(preflight.txt) into (created). Nothing is written when unset.
     type: path
+  job:
+    description:
+      - Instead of O(data) - the job (M(multinode.deepspeed.job_plan)'s, with C(profile)); the action plugin gathers
+        the data from what the C(preflight) role left in every node's variables.
+    type: dict
+  cache_path:
+    description:
+      - The record of M(multinode.deepspeed.preflight_cache) - written when the preflight passes (a later launch
+        of the same job reuses it), removed when it fails.
+    type: path
+  key:
+    description: The hash M(multinode.deepspeed.preflight_cache) returned (stored in the record).
+    type: str
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
+  action:
+    support: full
+    description: The action plugin gathers O(data) from the nodes' variables when O(job) is given.
   check_mode:
     support: full
     description: Judges in check mode too; writes no file.
@@ -63,6 +79,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+outcome:
+  description: The preflight in short (status, time, report, run_id, warnings, bandwidth) - what a run's summary
+    keeps, and what O(cache_path) records.
+  returned: always
+  type: dict
+message:
+  description: When the preflight failed, what to say - one line per problem, the advice, the report's path.
+  returned: always
+  type: str
 status:
   description: C(pass), or C(fail) when any verdict failed.
   returned: always
@@ -104,68 +129,32 @@ path:
   type: str
 """
 
-import json
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import PreflightError, evaluate
-
-
-def text_report(report, data):
-    job = data["job"]
-    parts = ["Preflight %s: %s" % (job.get("run_id") or "", report["status"].upper()),
-             "job: backend %s, accelerator %s, NCCL profile %s, master %s:%s, ranks %s"
-             % (job.get("backend"), job.get("accelerator"), job.get("profile"), job.get("master"),
-                job.get("master_port"), ", ".join("%s=%s" % kv for kv in sorted(job["rank_hosts"].items()))),
-             ""]
-    if data.get("version_table"):
-        parts += [data["version_table"], ""]
-    for key in ("ssh", "bandwidth", "bandwidth_tcp", "verdicts"):
-        if key in report["tables"]:
-            parts += [report["tables"][key], ""]
-    if report["findings"]:
-        parts += ["Failures:"] + ["  " + f for f in report["findings"]] + [""]
-    if report.get("advice"):
-        parts += ["Advice: " + report["advice"]["message"], ""]
-    return "\n".join(parts)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import PreflightError
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight_report import judge_and_write
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            data=dict(type="dict", required=True),
+            data=dict(type="dict"),
+            job=dict(type="dict"),
             settings=dict(type="dict", default={}),
             dest=dict(type="path"),
+            cache_path=dict(type="path"),
+            key=dict(type="str", no_log=False),
         ),
         supports_check_mode=True,
     )
     data = module.params["data"]
+    if not data:
+        module.fail_json(msg="preflight_report needs data (or job, gathered by its action plugin)")
     try:
-        report = evaluate(data, module.params["settings"])
+        result = judge_and_write(data, module.params["settings"], module.params["dest"], module.params["cache_path"],
+                                 module.params["key"], module.check_mode)
     except (PreflightError, KeyError, TypeError, ValueError) as exc:
         module.fail_json(msg="cannot judge the preflight data: %s: %s" % (type(exc).__name__, exc))
-    path = None
-    changed = False
-    dest = module.params["dest"]
-    if dest and not module.check_mode:
-        os.makedirs(dest, exist_ok=True)
-        path = os.path.join(dest, "preflight.json")
-        doc = {"created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "job": data["job"],
-               "status": report["status"], "verdicts": report["verdicts"], "findings": report["findings"],
-               "warnings": report["warnings"], "advice": report["advice"], "bandwidth": report["bandwidth"],
-               "settings": report["settings"],
-               "raw": {k: data.get(k) for k in ("versions", "ssh", "port", "gpus", "link_gbps", "bandwidth")}}
-        with open(path, "w") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=True, default=str)
-            fh.write("\n")
-        with open(os.path.join(dest, "preflight.txt"), "w") as fh:
-            fh.write(text_report(report, data))
-        changed = True
-    module.exit_json(changed=changed, status=report["status"], verdicts=report["verdicts"],
-                     findings=report["findings"], warnings_found=report["warnings"], tables=report["tables"],
-                     bandwidth=report["bandwidth"], advice=report["advice"], path=path,
-                     text=text_report(report, data))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,9 @@ options:
     description: Draw PNG plots of loss, throughput and per-node step time (needs matplotlib on the controller).
     type: bool
     default: true
+  started:
+    description: When the run started (seconds since the epoch); sets O(wall_time) when that is not given.
+    type: float
   extra:
     description: More facts to keep in the summary (model, backend, hostfile path, ...).
     type: dict
@@ -81,6 +84,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+message:
+  description: The outcome in a few lines - world size, hosts, loss or the script, time; or why the run failed
+    (the first failed rank, its last log lines, the diagnosis with its fix) - and where the report is.
+  returned: always
+  type: str
 summary:
   description: The summary written to C(summary.json).
   returned: always
@@ -124,6 +132,7 @@ import glob
 import json
 import os
 import re
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.multinode.deepspeed.plugins.module_utils.diagnose import diagnose, first_failure
@@ -156,6 +165,31 @@ def _tail(text, n=15):
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
+def message(summary, report, path):
+    """What the playbook says at the end: the outcome, or why the run failed, where, and the fix."""
+    secs = "%.0f" % float(summary.get("wall_time") or 0)
+    if summary.get("status") != "success":
+        lines = ["Run %s failed: %s" % (summary.get("run_id"), "; ".join(summary.get("problems") or []))]
+        failure = summary.get("failure")
+        if failure:
+            lines.append("Failed first: rank %s on %s, exit code %s" % (failure.get("rank"), failure.get("host"),
+                                                                        failure.get("exit_code")))
+            if failure.get("last_lines"):
+                lines += ["Last lines of %s:" % failure.get("log"), failure["last_lines"]]
+        for d in summary.get("diagnosis") or []:
+            lines.append("Diagnosis (%s): %s Fix: %s" % (d.get("id"), d.get("cause"), d.get("remedy")))
+        return "\n".join(lines + ["Report: %s" % report])
+    hosts = summary.get("hosts") or {}
+    ranks = ", ".join("%s ranks %s" % (h, r) for h, r in sorted(hosts.items())) or (summary.get("hostfile") or "").strip()
+    lines = ["Run %s: world size %s on %s" % (summary.get("run_id"), summary.get("world_size"), ranks)]
+    if summary.get("first_loss") is not None:
+        lines.append("Loss %.3f -> %.3f in %s steps, %s s" % (
+            summary["first_loss"], summary["last_loss"], summary.get("steps"), secs))
+    else:
+        lines.append("%s finished on every rank in %s s" % (summary.get("entrypoint"), secs))
+    return "\n".join(lines + ["Report: %s" % report, "Summary: %s" % path])
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -168,11 +202,14 @@ def main():
             expect_metrics=dict(type="bool", default=True),
             plots=dict(type="bool", default=True),
             extra=dict(type="dict", default={}),
+            started=dict(type="float"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     run_dir = p["run_dir"]
+    if p["wall_time"] is None and p["started"] is not None:
+        p["wall_time"] = max(0.0, time.time() - p["started"])
     if p["plots"] and not HAS_MATPLOTLIB:
         module.fail_json(msg=missing_required_lib("matplotlib"))
     records = {}
@@ -262,8 +299,9 @@ def main():
             plots = plot_series(records, rank_host, os.path.join(run_dir, "plots"))
         with open(os.path.join(run_dir, "report.md"), "w") as fh:
             fh.write(markdown(summary, [os.path.relpath(x, run_dir) for x in plots]))
-    module.exit_json(changed=changed, summary=summary, path=out, report=os.path.join(run_dir, "report.md"),
-                     plots=plots)
+    report = os.path.join(run_dir, "report.md")
+    module.exit_json(changed=changed, summary=summary, path=out, report=report, plots=plots,
+                     message=message(summary, report, out))
 
 
 if __name__ == "__main__":

@@ -90,6 +90,39 @@ def test_preflight_passes_with_tables_in_under_a_minute(provisioned, run_playboo
     assert res.wall < 60, f"preflight took {res.wall:.0f} s"
 
 
+def test_train_reuses_a_passing_preflight_until_the_stack_changes(provisioned, run_playbook):
+    """preflight.yml records its pass; train.yml then skips the checks for the same job, runs them again
+    when a package changes on one node, and -e preflight=force always runs them."""
+    res = run_preflight(run_playbook, "preflight-reuse-first")
+    assert res.rc == 0 and res.report["status"] == "pass", res.tail()
+    stamp = int(time.time())
+
+    def train(name, *extra):
+        run_id = f"e2e-reuse-{name}-{stamp}"
+        # Tasks every host skipped are not shown: a reused preflight shows no probe at all.
+        out = run_playbook("train.yml", "-e", "steps=2", "-e", f"run_id={run_id}", *extra, name=f"reuse-{name}",
+                           env_extra={"ANSIBLE_DISPLAY_SKIPPED_HOSTS": "false"})
+        assert out.rc == 0, out.tail()
+        out.flat = " ".join(out.out.split())  # the debug lines wrap
+        summary = json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
+        return out, summary["preflight"]
+
+    out, pre = train("reused")
+    assert "Preflight reused: a passing preflight of" in out.flat and "Probe every node" not in out.out
+    assert pre["reused"] is True and pre["status"] == "pass" and pre["run_id"] == res.report["job"]["run_id"]
+    # A package more on worker2 changes its stack fingerprint: the checks run again (and pass).
+    fake = f"{VENV}/lib/python3.11/site-packages/e2e_marker_{stamp}-1.0.dist-info"
+    node_sh("worker2", f"mkdir -p {fake}")
+    try:
+        out, pre = train("changed")
+    finally:
+        node_sh("worker2", f"rm -rf {fake}")
+    assert "Preflight runs: no passing preflight recorded for this job layout, stack and addresses" in out.flat
+    assert "Probe every node" in out.out and pre["reused"] is False and pre["status"] == "pass"
+    out, pre = train("forced", "-e", "preflight=force")
+    assert "Preflight runs: preflight=force" in out.flat and pre["reused"] is False
+
+
 def test_sshd_stopped_on_a_worker(provisioned, run_playbook):
     # Stop the listening sshd (as systemctl stop ssh does); open sessions stay, like the SSH connection
     # Ansible keeps to the node (ControlPersist), refreshed here so that it outlives the preflight.

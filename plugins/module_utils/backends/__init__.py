@@ -49,6 +49,13 @@ class Backend(object):
     def ssh_pairs(self, job):
         return []
 
+    def ssh_targets(self, job):
+        """Per source node, the nodes it must reach over SSH (preflight tries them from there)."""
+        out = {}
+        for src, dst in self.ssh_pairs(job):
+            out.setdefault(src, []).append(dst)
+        return out
+
     @staticmethod
     def deepspeed_argv(job):
         """What every DeepSpeed launch of the job shares: hostfile, master, per-rank logs."""
@@ -56,12 +63,23 @@ class Backend(object):
                 "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
                 "--enable_each_rank_log", job["run_dir"] + "/logs"]
 
+    def agent_argv(self, job, node, launch):
+        """The node's agent (multinode_ds.agent): it starts ``launch`` (the launcher's argv, or none: it
+        only watches), beats, and stops the run's processes on abort or a stale lease."""
+        argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.agent", "--run-dir", job["run_dir"],
+                "--host", node, "--max-time", str(job["timeout"])]
+        return argv + (["--"] + list(launch) if launch else [])
+
     def describe(self, job):
-        """What the playbooks and the watch read: launchers, agents, the argv per launcher, SSH pairs."""
+        """What the playbooks and the watch read: launchers, agents, the argv per launcher and per agent,
+        SSH pairs."""
         launchers = self.launchers(job)
-        return {"name": self.NAME, "launchers": launchers, "agents": self.agents(job),
-                "argv": dict((node, self.launch_argv(job, node)) for node in launchers),
-                "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ranks_over_ssh": self.ranks_over_ssh,
+        argv = dict((node, self.launch_argv(job, node)) for node in launchers)
+        agents = self.agents(job)
+        return {"name": self.NAME, "launchers": launchers, "agents": agents, "argv": argv,
+                "agent_argv": dict((node, self.agent_argv(job, node, argv.get(node))) for node in agents),
+                "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ssh_targets": self.ssh_targets(job),
+                "ranks_over_ssh": self.ranks_over_ssh,
                 "stop": self.stop}
 
 
@@ -70,6 +88,8 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.backends impor
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import ssh_free  # noqa: E402
 
 REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend))
+# The backend of a job that names none: DeepSpeed's own default launcher.
+DEFAULT = pdsh.PdshBackend.NAME
 
 
 def get(name):

@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: agent_start
+short_description: Start a run's agent on a node, detached, in one round trip
+version_added: "0.3.0"
+description:
+  - Starts O(argv) (the node's C(multinode_ds.agent), C(job.launch.agent_argv) of M(multinode.deepspeed.job_plan)) in
+    a session of its own, with its output in O(log), and returns at once; the agent then starts the node's launcher,
+    beats into the run directory, and stops the run's processes on abort or when the controller's lease goes stale.
+  - Unlike C(async) + C(poll=0), which cannot use pipelining (it copies a wrapper to the node first), one SSH round
+    trip per node - the launch starts that much sooner.
+  - Fails when the agent exits within O(settle) seconds (it could not start), with the last lines of O(log).
+options:
+  argv:
+    description: The agent's command line.
+    type: list
+    elements: str
+    required: true
+  chdir:
+    description: The directory to start it in.
+    type: path
+  environment:
+    description: Variables set over the module's environment.
+    type: dict
+    default: {}
+  log:
+    description: The file its standard output and error go to (appended).
+    type: path
+    required: true
+  settle:
+    description: Seconds to wait for an early exit.
+    type: float
+    default: 0.1
+attributes:
+  check_mode:
+    support: none
+    description: Starts a process.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+seealso:
+  - module: multinode.deepspeed.job_plan
+  - module: multinode.deepspeed.watch
+author:
+  - multinode.deepspeed developers (@multinode)
+"""
+
+EXAMPLES = r"""
+- name: Start the agent where the backend says
+  multinode.deepspeed.agent_start:
+    argv: "{{ train_job.launch.agent_argv[inventory_hostname] }}"
+    chdir: "{{ train_job.run_dir }}"
+    log: "{{ train_job.run_dir }}/nodes/{{ inventory_hostname }}.agent.log"
+  when: inventory_hostname in train_job.launch.agents
+"""
+
+RETURN = r"""
+pid:
+  description: The agent's process id on the node.
+  returned: success
+  type: int
+"""
+
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(argv=dict(type="list", elements="str", required=True),
+                                              chdir=dict(type="path"),
+                                              environment=dict(type="dict", default={}),
+                                              log=dict(type="path", required=True),
+                                              settle=dict(type="float", default=0.1)))
+    p = module.params
+    env = dict(os.environ)
+    env.update(dict((str(k), str(v)) for k, v in p["environment"].items()))
+    if not p["argv"]:
+        module.fail_json(msg="argv is empty")
+    try:
+        log = os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as exc:
+        module.fail_json(msg="cannot open %s: %s" % (p["log"], exc))
+    pid = os.fork()
+    if pid == 0:  # the agent: a session of its own, its output in the log, nothing of Ansible's connection open
+        try:
+            os.setsid()
+            if p["chdir"]:
+                os.chdir(p["chdir"])
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.closerange(3, 65536)
+            os.execvpe(p["argv"][0], p["argv"], env)
+        except OSError as exc:
+            os.write(2, ("cannot start %s: %s\n" % (p["argv"][0], exc)).encode("utf-8", "replace"))
+        os._exit(127)
+    os.close(log)
+    deadline = time.time() + p["settle"]
+    status = None
+    while time.time() < deadline:
+        done, code = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = os.waitstatus_to_exitcode(code)
+            break
+        time.sleep(0.02)
+    if status is not None:
+        with open(p["log"], "rb") as fh:
+            tail = fh.read()[-2000:].decode("utf-8", "replace").strip().splitlines()[-5:]
+        module.fail_json(msg="the agent exited at once with code %s: %s" % (status, " | ".join(tail)), rc=status)
+    module.exit_json(changed=True, pid=pid)
+
+
+if __name__ == "__main__":
+    main()

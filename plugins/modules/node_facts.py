@@ -1,0 +1,181 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: node_facts
+short_description: Read in one call what a run needs of a node
+version_added: "0.3.0"
+description:
+  - One call per node instead of C(setup), C(accelerator_facts), a C(slurp) of the job variables and an
+    import of torch - what C(train.yml) and C(preflight.yml) read of every node before they plan a job.
+  - The accelerators, as M(multinode.deepspeed.accelerator_facts) reads them (C(nvidia-smi)).
+  - The job variables provisioning wrote, merged (later files win) - the NCCL profile's
+    (C(/etc/multinode-deepspeed/deepspeed_env), role C(nccl)) and the CUDA settings the ops were built with
+    (C(/etc/multinode-deepspeed/stack.env), role C(stack)). Missing files are skipped.
+  - The node's memory, its default route's interface, its addresses, and the versions its venv holds, read from
+    the venv's C(*.dist-info) names without importing anything, with a fingerprint that any changed package
+    changes (preflight is reused only while every node's fingerprint is the same).
+  - With O(port), whether that TCP port is free here (the master port, checked before a launch).
+  - Reads only.
+options:
+  paths:
+    description: The job variable files, in order of precedence (later wins).
+    type: list
+    elements: path
+    default: [/etc/multinode-deepspeed/deepspeed_env, /etc/multinode-deepspeed/stack.env]
+  venv:
+    description: The venv the ranks run (role C(stack)'s C(stack_venv_dir)).
+    type: path
+    default: /opt/multinode-deepspeed/venv
+  trainer_dir:
+    description: Where role C(stack) put the bundled trainer, C(multinode_ds) (its version is read from it).
+    type: path
+    default: /opt/multinode-deepspeed/lib/multinode_ds
+  nvidia_smi:
+    description: The C(nvidia-smi) to run (a name on C(PATH) or a path). A node without it has no accelerators.
+    type: str
+    default: nvidia-smi
+  port:
+    description:
+      - A TCP port to test (bind with C(SO_REUSEADDR), as a rendezvous does) - the master port; the default is
+        the job's default master port. An empty value tests none.
+      - A value that is not a port (1-65535) is not tested - M(multinode.deepspeed.job_plan) reports it with its fix.
+    type: str
+    default: "29500"
+attributes:
+  check_mode:
+    support: full
+    description: Reads only.
+  diff_mode:
+    support: none
+    description: Changes nothing.
+seealso:
+  - module: multinode.deepspeed.accelerator_facts
+  - module: multinode.deepspeed.job_plan
+author:
+  - multinode.deepspeed developers (@multinode)
+"""
+
+EXAMPLES = r"""
+- name: Read what the plan needs of every node, and whether the master port is free
+  multinode.deepspeed.node_facts:
+    port: "{{ master_port | default(29500) }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The facts C(multinode_accelerators), C(multinode_node_env) and C(multinode_node).
+  returned: always
+  type: dict
+  contains:
+    multinode_accelerators:
+      description: As M(multinode.deepspeed.accelerator_facts) returns it.
+      type: dict
+    multinode_node_env:
+      description: The job variables provisioning wrote, variable name to value.
+      type: dict
+    multinode_node:
+      description: C(memtotal_mb), C(interface) (of the default route), C(ipv4) and C(ipv6) (addresses),
+        C(versions) (python, torch, cuda, nccl, deepspeed, transformers, trainer; or C(error)),
+        C(stack_fingerprint), C(files) (the job variable files read), and with O(port) C(port), C(port_free),
+        C(port_error).
+      type: dict
+      sample:
+        memtotal_mb: 24036
+        interface: eth0
+        ipv4: [10.89.0.11]
+        ipv6: []
+        versions: {python: 3.11.2, torch: 2.13.0+cpu, cuda: none, nccl: none, deepspeed: 0.19.8,
+                   transformers: 5.23.0, trainer: 0.1.0}
+        stack_fingerprint: 3f2a9c0d1e4b5a67
+        port: 29500
+        port_free: true
+        port_error: ""
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import QUERY_ARGS, accelerator_facts
+from ansible_collections.multinode.deepspeed.plugins.module_utils.fabric import parse_ip_addr_json
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import DEFAULTS, parse_env
+from ansible_collections.multinode.deepspeed.plugins.module_utils.node import (
+    default_interface, meminfo_total_mb, port_state, read_versions)
+
+
+def read_text(path):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return ""
+
+
+def accelerators(module):
+    name = module.params["nvidia_smi"]
+    if os.path.sep in name:
+        binary = name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    else:
+        binary = module.get_bin_path(name, required=False)
+    if binary is None:
+        return accelerator_facts(False)
+    query = module.run_command([binary] + QUERY_ARGS)
+    banner = module.run_command([binary])
+    return accelerator_facts(True, *(query + banner))
+
+
+def addresses(module):
+    ip = module.get_bin_path("ip", required=False)
+    if ip is None:
+        return [], []
+    rc, out, dummy = module.run_command([ip, "-j", "addr", "show"])
+    try:
+        interfaces = parse_ip_addr_json(out) if rc == 0 else []
+    except ValueError:
+        interfaces = []
+    return ([a.split("/")[0] for i in interfaces for a in i["ipv4"]],
+            [a.split("/")[0] for i in interfaces for a in i["ipv6"]])
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(
+        paths=dict(type="list", elements="path",
+                   default=["/etc/multinode-deepspeed/deepspeed_env", "/etc/multinode-deepspeed/stack.env"]),
+        venv=dict(type="path", default="/opt/multinode-deepspeed/venv"),
+        trainer_dir=dict(type="path", default="/opt/multinode-deepspeed/lib/multinode_ds"),
+        nvidia_smi=dict(type="str", default="nvidia-smi"),
+        port=dict(type="str", default=str(DEFAULTS["master_port"]))),
+        supports_check_mode=True)
+    params = module.params
+    env, read = {}, []
+    for path in params["paths"]:
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path) as fh:
+                env.update(parse_env(fh.read()))
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot read %s: %s" % (path, exc))
+        read.append(path)
+    versions, fingerprint = read_versions(params["venv"], params["trainer_dir"])
+    ipv4, ipv6 = addresses(module)
+    node = {"memtotal_mb": meminfo_total_mb(read_text("/proc/meminfo")),
+            "interface": default_interface(read_text("/proc/net/route")),
+            "ipv4": ipv4, "ipv6": ipv6, "versions": versions, "stack_fingerprint": fingerprint, "files": read}
+    port = (params["port"] or "").strip()
+    if port.isdigit() and 0 < int(port) < 65536:
+        node["port"] = int(port)
+        node["port_free"], node["port_error"] = port_state(int(port))
+    module.exit_json(changed=False, ansible_facts={"multinode_accelerators": accelerators(module),
+                                                   "multinode_node_env": env, "multinode_node": node})
+
+
+if __name__ == "__main__":
+    main()

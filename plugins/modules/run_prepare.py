@@ -1,0 +1,141 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: run_prepare
+short_description: Check a planned run on the coordinator, then write its directory, in one call
+version_added: "0.3.0"
+description:
+  - Checks first, writing nothing - the run id is new (its directory has no hostfile yet; one a failed preflight left
+    is reused), the user's script exists, and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
+    config and memory.
+  - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
+    hostfile, the C(.deepspeed_env) DeepSpeed's launcher exports to every rank (strictly C(KEY=VALUE) lines) and the
+    controller's lease (C(control/lease)) the agents watch.
+  - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result.
+options:
+  job:
+    description: The planned job (M(multinode.deepspeed.job_plan)).
+    type: dict
+    required: true
+  write:
+    description: Write the run directory after the checks (C(false) - check only, before a preflight).
+    type: bool
+    default: true
+  check:
+    description: Run the checks (C(false) - they ran in an earlier call of this run).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Checks; writes nothing.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+seealso:
+  - module: multinode.deepspeed.job_plan
+author:
+  - multinode.deepspeed developers (@multinode)
+"""
+
+EXAMPLES = r"""
+- name: Check the run and write its directory
+  multinode.deepspeed.run_prepare:
+    job: "{{ train_job }}"
+"""
+
+RETURN = r"""
+run_dir:
+  description: The run's directory.
+  returned: always
+  type: str
+dry_run:
+  description: The trainer's plan (model, parameters, ZeRO stage, estimated GiB per rank), when it checked one.
+  returned: when the job runs the bundled trainer and O(check) is true
+  type: dict
+written:
+  description: The files written.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def fail_checks(module, job):
+    """The checks, in order; each failure names the value and the fix."""
+    where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
+    if os.path.exists(os.path.join(job["run_dir"], "hostfile")):
+        module.fail_json(msg="run_id=%s exists already (%s on %s). Fix: pick another -e run_id, or leave it out for a "
+                             "new one." % (job["run_id"], job["run_dir"], where))
+    if not job["metrics"]:
+        if not os.path.isfile(job["entrypoint"]):
+            module.fail_json(msg="entrypoint=%s does not exist on %s. Fix: put the script on the shared directory (%s) "
+                                 "or at the same path on every node, and pass its absolute path."
+                                 % (job["entrypoint"], where, job["shared_dir"]))
+        return None
+    env = dict(os.environ, DS_ACCELERATOR=job["accelerator"])
+    rc, out, err = module.run_command(job["dry_run"], environ_update=env)
+    if rc != 0:
+        lines = [x for x in (err or "").splitlines() if x.strip()]
+        why = lines[-1] if lines else "exit code %d" % rc
+        if why.startswith("multinode_ds: "):
+            why = why[len("multinode_ds: "):]
+        module.fail_json(msg="The bundled trainer refuses this run (checked on %s): %s" % (where, why))
+    try:
+        return json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+
+
+def write_file(path, text, mode=0o644):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def main():
+    module = AnsibleModule(argument_spec=dict(job=dict(type="dict", required=True),
+                                              write=dict(type="bool", default=True),
+                                              check=dict(type="bool", default=True)),
+                           supports_check_mode=True)
+    job = module.params["job"]
+    result = {"changed": False, "run_dir": job["run_dir"], "written": []}
+    if module.params["check"]:
+        plan = fail_checks(module, job)
+        if plan is not None:
+            result["dry_run"] = plan
+    if not module.params["write"] or module.check_mode:
+        module.exit_json(**result)
+    for sub in ("logs", "control", "nodes"):
+        os.makedirs(os.path.join(job["run_dir"], sub), mode=0o755, exist_ok=True)
+    files = {
+        "hostfile": job["hostfile"],
+        # Strictly KEY=VALUE lines (the plan checked them): a blank line or a comment breaks DeepSpeed's launcher.
+        ".deepspeed_env": "".join("%s=%s\n" % kv for kv in sorted(job["env"].items())),
+        "control/lease": "%f\n" % time.time(),
+    }
+    for name, text in files.items():
+        write_file(os.path.join(job["run_dir"], name), text)
+        result["written"].append(os.path.join(job["run_dir"], name))
+    result["changed"] = True
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

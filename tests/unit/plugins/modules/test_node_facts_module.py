@@ -1,0 +1,50 @@
+import json
+import socket
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.multinode.deepspeed.plugins.modules import node_facts
+from tests.unit.plugins.module_utils.test_node import DISTS, make_venv
+
+
+def run_module(capsys, args):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            node_facts.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_merges_the_provisioned_files_later_wins(tmp_path, capsys):
+    nccl = tmp_path / "deepspeed_env"
+    nccl.write_text("NCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME==eth0\nGLOO_SOCKET_IFNAME=eth0\n")
+    stack = tmp_path / "stack.env"
+    stack.write_text("# written by the stack role\nCUDA_HOME=/usr/local/cuda-13.0\nGLOO_SOCKET_IFNAME=ens5\n")
+    venv, lib = make_venv(tmp_path, DISTS)
+    res = run_module(capsys, {"paths": [str(nccl), str(tmp_path / "missing"), str(stack)], "venv": venv,
+                              "trainer_dir": lib, "nvidia_smi": str(tmp_path / "no-nvidia-smi"), "port": ""})
+    facts = res["ansible_facts"]
+    assert res["changed"] is False and facts["multinode_node"]["files"] == [str(nccl), str(stack)]
+    assert facts["multinode_node_env"] == {
+        "NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0", "GLOO_SOCKET_IFNAME": "ens5",
+        "CUDA_HOME": "/usr/local/cuda-13.0"}
+    node = facts["multinode_node"]
+    assert node["versions"]["deepspeed"] == "0.19.8" and node["versions"]["cuda"] == "12.6"
+    assert len(node["stack_fingerprint"]) == 16 and node["memtotal_mb"] > 0
+    assert "port" not in node
+    assert facts["multinode_accelerators"]["status"] == "absent"
+
+
+def test_no_files_no_venv_and_a_taken_port(tmp_path, capsys):
+    sock = socket.socket()
+    sock.bind(("", 0))
+    sock.listen(1)
+    try:
+        res = run_module(capsys, {"paths": [str(tmp_path / "none")], "venv": str(tmp_path / "none"),
+                                  "nvidia_smi": str(tmp_path / "none"), "port": sock.getsockname()[1]})
+    finally:
+        sock.close()
+    node = res["ansible_facts"]["multinode_node"]
+    assert res["ansible_facts"]["multinode_node_env"] == {} and node["files"] == []
+    assert "no venv" in node["versions"]["error"] and node["stack_fingerprint"] is None
+    assert node["port_free"] is False and "is not free" in node["port_error"]
