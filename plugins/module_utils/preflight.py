@@ -935,6 +935,8 @@ def evaluate(data, settings=None):
                                 "see the bandwidth table; check the links between %s" % ", ".join(ranks)))
     elif port and port["listener"]["rc"] != 0:
         verdicts.append(verdict("bandwidth", ",".join(ranks), SKIP, "not run: the master port is not free"))
+    elif not flag(cfg.get("bandwidth", True)):
+        verdicts.append(verdict("bandwidth", ",".join(ranks), SKIP, "not run (preflight_bandwidth=false)"))
     else:
         verdicts.append(verdict("bandwidth", ",".join(ranks), FAIL, "the all-reduce test gave no result",
                                 "see the play's output above for the node that failed"))

@@ -72,8 +72,9 @@ def test_ssh_mesh_is_real_and_strict(provisioned):
 def test_train_two_workers(provisioned, run_playbook):
     run_id = f"e2e-{int(time.time())}"
     t0 = time.time()
+    # preflight=force: the checks run now, whatever passing preflight an earlier test recorded.
     res = run_playbook("train.yml", "-e", "model=llama-tiny", "-e", "steps=30", "-e", f"run_id={run_id}",
-                       name="train")
+                       "-e", "preflight=force", name="train")
     wall = time.time() - t0
     assert res.rc == 0, res.tail()
     run = ROOT / "runs" / run_id
@@ -87,7 +88,7 @@ def test_train_two_workers(provisioned, run_playbook):
     assert summary["last_loss"] < summary["first_loss"], (summary["first_loss"], summary["last_loss"])
     assert summary["exit_status"] == 0
     assert (run / "hostfile").read_text() == "worker1 slots=1\nworker2 slots=1\n"
-    # train.yml ran preflight first (on by default): its verdicts and the all-reduce test are in the run.
+    # train.yml ran preflight first: its verdicts and the all-reduce test are in the run.
     preflight = json.loads((run / "preflight.json").read_text())
     assert preflight["status"] == "pass" and preflight["job"]["run_id"] == run_id
     assert (run / "preflight" / "allreduce-tcp.json").exists()

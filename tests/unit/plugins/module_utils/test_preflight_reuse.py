@@ -398,3 +398,14 @@ def test_retest_needed_cuda_tcp_never():
     for host in job["rank_hosts"]:
         hv[host]["preflight_bw"] = {"tcp": {"rc": 1, "stderr": "boom"}}
     assert preflight.retest_needed(job, hv) is False
+
+
+def test_bandwidth_off_is_a_skip_not_a_failure():
+    job = cpu_job()
+    data = preflight.gather(job, nodevars(job, bw=False), ["worker1", "worker2"])
+    without = preflight.evaluate(data, ROLE_SETTINGS)
+    assert [v["status"] for v in without["verdicts"] if v["check"] == "bandwidth"] == ["fail"]
+    report = preflight.evaluate(data, dict(ROLE_SETTINGS, bandwidth="false"))
+    bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"]
+    assert [v["status"] for v in bw] == ["skip"] and "preflight_bandwidth=false" in bw[0]["detail"]
+    assert report["status"] == "pass", report["findings"]
