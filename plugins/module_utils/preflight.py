@@ -167,20 +167,20 @@ def job_link_gbps(per_node):
     return min(speeds)
 
 
-def judge_bandwidth(test, nodes, profile, backend, link_gbps, fractions=None):
+def judge_bandwidth(test, nodes, profile, collective, link_gbps, fractions=None):
     """Turn one all-reduce test into a verdict.
 
     ``test``: ``{"label", "ok": bool, "error": str, "raw": <the test's JSON or None>}``.
     ``nodes``: the number of rank nodes; ``profile``: the NCCL profile (ib, roce, tcp);
-    ``backend``: nccl or gloo; ``link_gbps``: the slowest node's link in Gb/s (None: unknown).
+    ``collective``: the collective backend, nccl or gloo; ``link_gbps``: the slowest node's link in Gb/s (None: unknown).
     Returns ``{status, reason, rows, busbw_gbps, threshold_gbps, link_gbps, fraction, key}``.
     """
     fractions = dict(DEFAULT_FRACTIONS, **(fractions or {}))
-    key = "gloo" if backend == "gloo" else profile
+    key = "gloo" if collective == "gloo" else profile
     fraction = fractions.get(key)
     fraction = float(fraction) if fraction not in (None, "") else None
     link_gbps = float(link_gbps) if link_gbps not in (None, "") else None
-    out = {"label": test.get("label") or profile, "profile": profile, "backend": backend, "key": key,
+    out = {"label": test.get("label") or profile, "profile": profile, "backend": collective, "key": key,
            "fraction": fraction, "link_gbps": link_gbps, "threshold_gbps": None, "busbw_gbps": None,
            "rows": []}
     if not test.get("ok") or not test.get("raw"):
@@ -216,9 +216,9 @@ def judge_bandwidth(test, nodes, profile, backend, link_gbps, fractions=None):
     return out
 
 
-def needs_fallback_test(profile, backend, judged):
+def needs_fallback_test(profile, collective, judged):
     """Whether to run the test again with the tcp profile: an RDMA profile on NCCL that failed."""
-    return backend == "nccl" and profile in RDMA_PROFILES and judged["status"] == FAIL
+    return collective == "nccl" and profile in RDMA_PROFILES and judged["status"] == FAIL
 
 
 def fallback_advice(profile, primary, tcp, hosts):
