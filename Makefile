@@ -45,6 +45,6 @@ build: setup
 test: setup
 	@scripts/test
 
-# Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=3 by default).
+# Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=5 by default: three rounds are too few on this 2-core machine).
 bench-launch:
-	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),3)
+	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)

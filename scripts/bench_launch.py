@@ -1,7 +1,7 @@
 """What a launch through train.yml costs, against DeepSpeed's own launcher, on the local cluster.
 
-    make bench-launch [ROUNDS=3]
-    .venv/bin/python scripts/bench_launch.py [--rounds 3] [--steps 10] [--model llama-tiny] [--json FILE]
+    make bench-launch [ROUNDS=5]
+    .venv/bin/python scripts/bench_launch.py [--rounds 5] [--steps 10] [--model llama-tiny] [--json FILE]
 
 Back to back, N rounds each, the same model, steps and hosts (the workers of the local cluster,
 one rank each):
@@ -126,7 +126,7 @@ def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--model", default="llama-tiny")
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-launch.json"))
