@@ -12,6 +12,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import re
 
 # nvidia-smi arguments of the per-GPU query (the module and the tests share them).
@@ -186,3 +187,21 @@ def accelerator_facts(binary_found, query_rc=None, query_out="", query_err="",
         facts["count"], ", ".join(facts["names"]) or "unnamed", facts["memory_mib_min"],
         facts["compute_capability_min"], driver, cuda if cuda else "unknown")
     return facts
+
+
+def locate(name, get_bin_path):
+    """The nvidia-smi to run: ``name`` itself when it is a path (and executable), else looked up on PATH by
+    ``get_bin_path`` (AnsibleModule.get_bin_path); None when there is none."""
+    if os.path.sep in name:
+        return name if os.path.isfile(name) and os.access(name, os.X_OK) else None
+    return get_bin_path(name, required=False)
+
+
+def read_accelerators(name, get_bin_path, run_command):
+    """Run nvidia-smi (query, then banner) with ``run_command`` (AnsibleModule.run_command) and return the facts."""
+    binary = locate(name, get_bin_path)
+    if binary is None:
+        return accelerator_facts(False)
+    query = run_command([binary] + QUERY_ARGS)
+    banner = run_command([binary])
+    return accelerator_facts(True, *(tuple(query) + tuple(banner)))

@@ -123,17 +123,8 @@ ansible_facts:
           sample: "9.0"
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.file import is_executable
-from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import QUERY_ARGS, accelerator_facts
-
-
-def find_binary(module, name):
-    if os.path.sep in name:
-        return name if os.path.isfile(name) and is_executable(name) else None
-    return module.get_bin_path(name, required=False)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import read_accelerators
 
 
 def main():
@@ -143,13 +134,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    binary = find_binary(module, module.params["nvidia_smi"])
-    if binary is None:
-        facts = accelerator_facts(False)
-    else:
-        query_rc, query_out, query_err = module.run_command([binary] + QUERY_ARGS)
-        banner_rc, banner_out, banner_err = module.run_command([binary])
-        facts = accelerator_facts(True, query_rc, query_out, query_err, banner_rc, banner_out, banner_err)
+    facts = read_accelerators(module.params["nvidia_smi"], module.get_bin_path, module.run_command)
     module.exit_json(changed=False, ansible_facts={"multinode_accelerators": facts})
 
 

@@ -103,7 +103,7 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import QUERY_ARGS, accelerator_facts
+from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import read_accelerators
 from ansible_collections.multinode.deepspeed.plugins.module_utils.fabric import parse_ip_addr_json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.job import DEFAULTS, parse_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.node import (
@@ -116,19 +116,6 @@ def read_text(path):
             return fh.read()
     except (IOError, OSError):
         return ""
-
-
-def accelerators(module):
-    name = module.params["nvidia_smi"]
-    if os.path.sep in name:
-        binary = name if os.path.isfile(name) and os.access(name, os.X_OK) else None
-    else:
-        binary = module.get_bin_path(name, required=False)
-    if binary is None:
-        return accelerator_facts(False)
-    query = module.run_command([binary] + QUERY_ARGS)
-    banner = module.run_command([binary])
-    return accelerator_facts(True, *(query + banner))
 
 
 def addresses(module):
@@ -173,7 +160,8 @@ def main():
     if port.isdigit() and 0 < int(port) < 65536:
         node["port"] = int(port)
         node["port_free"], node["port_error"] = port_state(int(port))
-    module.exit_json(changed=False, ansible_facts={"multinode_accelerators": accelerators(module),
+    accelerators = read_accelerators(params["nvidia_smi"], module.get_bin_path, module.run_command)
+    module.exit_json(changed=False, ansible_facts={"multinode_accelerators": accelerators,
                                                    "multinode_node_env": env, "multinode_node": node})
 
 

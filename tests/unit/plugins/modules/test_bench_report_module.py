@@ -1,9 +1,6 @@
 """bench_report: report.md with plots and the history report from a collected benchmark run (issue 6)."""
 import json
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.multinode.deepspeed.plugins.module_utils import bench
 from ansible_collections.multinode.deepspeed.plugins.modules import bench_report
 
@@ -25,13 +22,6 @@ def summary(run_id="r2", status="success"):
     return out
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            bench_report.main()
-    return json.loads(capsys.readouterr().out)
-
-
 def write_run(tmp_path, s, history=()):
     run = tmp_path / s["run_id"]
     run.mkdir()
@@ -41,12 +31,12 @@ def write_run(tmp_path, s, history=()):
     return run, hist
 
 
-def test_report_and_history_with_plots(tmp_path, capsys):
+def test_report_and_history_with_plots(tmp_path, run_module):
     old = bench.history_entry(summary("r1"))
     old["metrics"] = dict((k, v * 2 if k == "samples_per_s" else v) for k, v in old["metrics"].items())
     s = summary()
     run, hist = write_run(tmp_path, s, [old, bench.history_entry(s)])
-    res = run_module(capsys, {"run_dir": str(run), "history": str(hist), "threshold": 10})
+    res = run_module(bench_report, {"run_dir": str(run), "history": str(hist), "threshold": 10})
     assert res["changed"] and res["summary"]["run_id"] == "r2"
     names = sorted(p.rsplit("/", 1)[-1] for p in res["plots"])
     assert names == ["history.png", "latency.png", "throughput.png"]
@@ -61,19 +51,19 @@ def test_report_and_history_with_plots(tmp_path, capsys):
     assert "MLPerf LoadGen Offline: VALID" in text and "History (2 successful run(s) of 2): REGRESSION samples_per_s" in text
 
 
-def test_failed_run_gets_a_report_without_figures(tmp_path, capsys):
+def test_failed_run_gets_a_report_without_figures(tmp_path, run_module):
     run = write_run(tmp_path, summary(status="failed"))[0]
-    res = run_module(capsys, {"run_dir": str(run)})
+    res = run_module(bench_report, {"run_dir": str(run)})
     assert res["summary"]["status"] == "failed" and res["plots"] == [] and res["history_report"] is None
     assert "status: **failed** - phase parallel on worker2: exit 1" in (run / "report.md").read_text()
 
 
-def test_check_mode_writes_nothing(tmp_path, capsys):
+def test_check_mode_writes_nothing(tmp_path, run_module):
     run, hist = write_run(tmp_path, summary(), [bench.history_entry(summary())])
-    res = run_module(capsys, {"run_dir": str(run), "history": str(hist), "_ansible_check_mode": True})
+    res = run_module(bench_report, {"run_dir": str(run), "history": str(hist), "_ansible_check_mode": True})
     assert not res["changed"] and not (run / "report.md").exists() and res["plots"] == []
 
 
-def test_missing_summary_fails_clearly(tmp_path, capsys):
-    res = run_module(capsys, {"run_dir": str(tmp_path)})
+def test_missing_summary_fails_clearly(tmp_path, run_module):
+    res = run_module(bench_report, {"run_dir": str(tmp_path)})
     assert res["failed"] and "no readable benchmark summary" in res["msg"] and "logs/" in res["msg"]

@@ -1,19 +1,10 @@
-import json
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.multinode.deepspeed.plugins.modules import fabric_facts
 
 SYSFS = Path(__file__).resolve().parents[3] / "fixtures" / "sysfs"
-
-
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            fabric_facts.main()
-    return json.loads(capsys.readouterr().out)
 
 
 def ip_stub(tmp_path, tree, rc=0):
@@ -34,40 +25,40 @@ def ip_stub(tmp_path, tree, rc=0):
     ("ethernet-only", "129.254.202.252", "eno1", 1000, []),
     ("ib-down", "10.30.0.5", "eno1", 25000, []),
 ])
-def test_trees(tmp_path, capsys, tree, address, iface, speed, active):
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / tree), "address": address,
-                              "ip_command": ip_stub(tmp_path, tree)})
+def test_trees(tmp_path, run_module, tree, address, iface, speed, active):
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / tree), "address": address,
+                                    "ip_command": ip_stub(tmp_path, tree)})
     assert res["changed"] is False and not res.get("failed") and not res.get("warnings")
     f = res["ansible_facts"]["multinode_fabric"]
     assert f["cluster_interface"] == iface and f["cluster_speed_mbps"] == speed
     assert f["cluster_address"] == address and f["rdma_active_ports"] == active
 
 
-def test_roce_gid_index_through_module(tmp_path, capsys):
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / "roce"), "ip_command": ip_stub(tmp_path, "roce"),
-                              "_ansible_check_mode": True})
+def test_roce_gid_index_through_module(tmp_path, run_module):
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / "roce"), "ip_command": ip_stub(tmp_path, "roce"),
+                                    "_ansible_check_mode": True})
     f = res["ansible_facts"]["multinode_fabric"]
     assert [p["roce_v2_gid_index"] for d in f["rdma"] for p in d["ports"]] == [3, 3]
     assert f["cluster_interface"] is None and f["cluster_address"] is None
 
 
-def test_name_is_resolved(tmp_path, capsys, monkeypatch):
+def test_name_is_resolved(tmp_path, run_module, monkeypatch):
     def fake_getaddrinfo(host, port):
         assert host == "worker1"
         return [(2, 1, 6, "", ("172.16.5.21", 0)), (2, 2, 17, "", ("172.16.5.21", 0))]
     monkeypatch.setattr(fabric_facts.socket, "getaddrinfo", fake_getaddrinfo)
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / "roce"), "address": "worker1",
-                              "ip_command": ip_stub(tmp_path, "roce")})
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / "roce"), "address": "worker1",
+                                    "ip_command": ip_stub(tmp_path, "roce")})
     f = res["ansible_facts"]["multinode_fabric"]
     assert f["cluster_interface"] == "eno1" and f["cluster_address"] == "172.16.5.21"
 
 
-def test_unresolvable_name(tmp_path, capsys, monkeypatch):
+def test_unresolvable_name(tmp_path, run_module, monkeypatch):
     def fake_getaddrinfo(host, port):
         raise fabric_facts.socket.gaierror(-2, "Name or service not known")
     monkeypatch.setattr(fabric_facts.socket, "getaddrinfo", fake_getaddrinfo)
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / "roce"), "address": "nowhere",
-                              "ip_command": ip_stub(tmp_path, "roce")})
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / "roce"), "address": "nowhere",
+                                    "ip_command": ip_stub(tmp_path, "roce")})
     f = res["ansible_facts"]["multinode_fabric"]
     assert f["cluster_interface"] is None and f["cluster_address"] == "nowhere"
 
@@ -80,9 +71,9 @@ def warned_fixture(monkeypatch):
     return seen
 
 
-def test_without_ip_uses_sysfs_and_warns(tmp_path, capsys, warned):
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / "ib-mlx5-4port"), "address": "10.10.0.11",
-                              "ip_command": str(tmp_path / "no-ip-here")})
+def test_without_ip_uses_sysfs_and_warns(tmp_path, run_module, warned):
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / "ib-mlx5-4port"), "address": "10.10.0.11",
+                                    "ip_command": str(tmp_path / "no-ip-here")})
     assert not res.get("failed")
     assert "sysfs without addresses" in " ".join(warned)
     f = res["ansible_facts"]["multinode_fabric"]
@@ -92,8 +83,8 @@ def test_without_ip_uses_sysfs_and_warns(tmp_path, capsys, warned):
     assert f["cluster_interface"] is None and len(f["rdma_active_ports"]) == 4
 
 
-def test_ip_without_json_support_warns(tmp_path, capsys, warned):
-    res = run_module(capsys, {"sysfs_root": str(SYSFS / "ethernet-only"),
-                              "ip_command": ip_stub(tmp_path, "ethernet-only", rc=255)})
+def test_ip_without_json_support_warns(tmp_path, run_module, warned):
+    res = run_module(fabric_facts, {"sysfs_root": str(SYSFS / "ethernet-only"),
+                                    "ip_command": ip_stub(tmp_path, "ethernet-only", rc=255)})
     assert not res.get("failed") and "supports -j" in " ".join(warned)
     assert sorted(i["name"] for i in res["ansible_facts"]["multinode_fabric"]["interfaces"]) == ["docker0", "eno1"]

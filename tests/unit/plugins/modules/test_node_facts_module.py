@@ -1,28 +1,18 @@
-import json
 import socket
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.multinode.deepspeed.plugins.modules import node_facts
 from tests.unit.plugins.module_utils.test_node import DISTS, make_venv
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            node_facts.main()
-    return json.loads(capsys.readouterr().out)
-
-
-def test_merges_the_provisioned_files_later_wins(tmp_path, capsys):
+def test_merges_the_provisioned_files_later_wins(tmp_path, run_module):
     nccl = tmp_path / "deepspeed_env"
     nccl.write_text("NCCL_IB_DISABLE=1\nNCCL_SOCKET_IFNAME==eth0\nGLOO_SOCKET_IFNAME=eth0\n")
     stack = tmp_path / "stack.env"
     stack.write_text("# written by the stack role\nCUDA_HOME=/usr/local/cuda-13.0\nGLOO_SOCKET_IFNAME=ens5\n")
     venv, lib = make_venv(tmp_path, DISTS)
-    res = run_module(capsys, {"paths": [str(nccl), str(tmp_path / "missing"), str(stack)], "venv": venv,
-                              "trainer_dir": lib, "nvidia_smi": str(tmp_path / "no-nvidia-smi"), "port": ""})
+    res = run_module(node_facts, {"paths": [str(nccl), str(tmp_path / "missing"), str(stack)], "venv": venv,
+                                  "trainer_dir": lib, "nvidia_smi": str(tmp_path / "no-nvidia-smi"), "port": ""})
     facts = res["ansible_facts"]
     assert res["changed"] is False and facts["multinode_node"]["files"] == [str(nccl), str(stack)]
     assert facts["multinode_node_env"] == {
@@ -35,13 +25,13 @@ def test_merges_the_provisioned_files_later_wins(tmp_path, capsys):
     assert facts["multinode_accelerators"]["status"] == "absent"
 
 
-def test_no_files_no_venv_and_a_taken_port(tmp_path, capsys):
+def test_no_files_no_venv_and_a_taken_port(tmp_path, run_module):
     sock = socket.socket()
     sock.bind(("", 0))
     sock.listen(1)
     try:
-        res = run_module(capsys, {"paths": [str(tmp_path / "none")], "venv": str(tmp_path / "none"),
-                                  "nvidia_smi": str(tmp_path / "none"), "port": sock.getsockname()[1]})
+        res = run_module(node_facts, {"paths": [str(tmp_path / "none")], "venv": str(tmp_path / "none"),
+                                      "nvidia_smi": str(tmp_path / "none"), "port": sock.getsockname()[1]})
     finally:
         sock.close()
     node = res["ansible_facts"]["multinode_node"]

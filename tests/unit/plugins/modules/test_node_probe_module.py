@@ -1,5 +1,4 @@
 import ipaddress
-import json
 import os
 import resource
 import socket
@@ -7,7 +6,6 @@ import subprocess
 import time
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.multinode.deepspeed.plugins.modules import node_probe
 
@@ -25,13 +23,6 @@ exit 3
 """
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            node_probe.main()
-    return json.loads(capsys.readouterr().out)
-
-
 @pytest.fixture
 def fake_ssh(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
@@ -44,9 +35,9 @@ def fake_ssh(tmp_path, monkeypatch):
     return log
 
 
-def test_plain_probe_reads_the_node(tmp_path, capsys):
+def test_plain_probe_reads_the_node(tmp_path, run_module):
     before = time.time()
-    res = run_module(capsys, {"names": ["localhost"], "paths": [str(tmp_path)]})
+    res = run_module(node_probe, {"names": ["localhost"], "paths": [str(tmp_path)]})
     after = time.time()
     assert res["changed"] is False and not res.get("failed")
     assert res["hostname"] == socket.gethostname() and res["user"]
@@ -56,15 +47,15 @@ def test_plain_probe_reads_the_node(tmp_path, capsys):
     assert "controller_before" not in res
 
 
-def test_localhost_resolves_to_loopback(capsys):
-    res = run_module(capsys, {"names": ["localhost"]})
+def test_localhost_resolves_to_loopback(run_module):
+    res = run_module(node_probe, {"names": ["localhost"]})
     addrs = res["resolved"]["localhost"]["addresses"]
     assert addrs and all(ipaddress.ip_address(a).is_loopback for a in addrs)
     assert len(addrs) == len(set(addrs))        # each address once, whatever the socket types
 
 
-def test_unresolvable_name_gives_an_error(capsys):
-    res = run_module(capsys, {"names": ["no-such-host.invalid", "localhost"]})
+def test_unresolvable_name_gives_an_error(run_module):
+    res = run_module(node_probe, {"names": ["no-such-host.invalid", "localhost"]})
     bad = res["resolved"]["no-such-host.invalid"]
     assert set(bad) == {"error"} and bad["error"]
     assert "addresses" in res["resolved"]["localhost"]
@@ -78,9 +69,9 @@ def test_resolve_keeps_getaddrinfo_order_without_duplicates(monkeypatch):
     assert node_probe.resolve("worker2") == {"addresses": ["10.89.0.4", "fd00::4"]}
 
 
-def test_disk_of_a_directory_and_of_a_missing_path(tmp_path, capsys):
+def test_disk_of_a_directory_and_of_a_missing_path(tmp_path, run_module):
     missing = tmp_path / "not-there"
-    res = run_module(capsys, {"paths": [str(tmp_path), str(missing)]})
+    res = run_module(node_probe, {"paths": [str(tmp_path), str(missing)]})
     here = res["disk"][str(tmp_path)]
     assert here["free_bytes"] > 0 and here["total_bytes"] >= here["free_bytes"]
     st = os.statvfs(str(tmp_path))
@@ -90,8 +81,8 @@ def test_disk_of_a_directory_and_of_a_missing_path(tmp_path, capsys):
     assert str(missing) in gone["error"] and "No such file or directory" in gone["error"]
 
 
-def test_memlock_is_the_process_limit_in_kib(capsys):
-    res = run_module(capsys, {})
+def test_memlock_is_the_process_limit_in_kib(run_module):
+    res = run_module(node_probe, {})
     soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     mem = res["memlock"]
     assert isinstance(mem["soft"], int) and isinstance(mem["hard"], int)
@@ -104,8 +95,8 @@ def test_kib():
     assert node_probe.kib(8388608) == 8192 and node_probe.kib(1023) == 0
 
 
-def test_ssh_to_targets(fake_ssh, capsys):
-    res = run_module(capsys, {"ssh_targets": ["good", "bad"], "ssh_timeout": 3})
+def test_ssh_to_targets(fake_ssh, run_module):
+    res = run_module(node_probe, {"ssh_targets": ["good", "bad"], "ssh_timeout": 3})
     good, bad = res["ssh"]["good"], res["ssh"]["bad"]
     assert (good["rc"], good["stdout"], good["stderr"]) == (0, "unlimited", "")
     assert (bad["rc"], bad["stdout"]) == (255, "")
@@ -116,9 +107,9 @@ def test_ssh_to_targets(fake_ssh, capsys):
                      "-o BatchMode=yes -o ConnectTimeout=3 -o LogLevel=ERROR good ulimit -l"]
 
 
-def test_ssh_missing_is_exit_127(tmp_path, monkeypatch, capsys):
+def test_ssh_missing_is_exit_127(tmp_path, monkeypatch, run_module):
     monkeypatch.setenv("PATH", str(tmp_path))
-    res = run_module(capsys, {"ssh_targets": ["worker1"]})
+    res = run_module(node_probe, {"ssh_targets": ["worker1"]})
     assert res["ssh"]["worker1"]["rc"] == 127 and "cannot run ssh" in res["ssh"]["worker1"]["stderr"]
 
 
@@ -134,11 +125,11 @@ def test_ssh_hanging_is_exit_124(monkeypatch):
     assert "seconds" in out["worker1"]
 
 
-def test_check_mode_reads_too(tmp_path, capsys):
-    res = run_module(capsys, {"paths": [str(tmp_path)], "_ansible_check_mode": True})
+def test_check_mode_reads_too(tmp_path, run_module):
+    res = run_module(node_probe, {"paths": [str(tmp_path)], "_ansible_check_mode": True})
     assert res["changed"] is False and res["disk"][str(tmp_path)]["free_bytes"] > 0
 
 
-def test_unknown_option_fails(capsys):
-    res = run_module(capsys, {"hosts": ["w1"]})
+def test_unknown_option_fails(run_module):
+    res = run_module(node_probe, {"hosts": ["w1"]})
     assert res["failed"] is True and "hosts" in res["msg"]

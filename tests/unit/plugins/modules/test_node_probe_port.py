@@ -1,20 +1,9 @@
 """node_probe's master port test: listening (listen_port) and connecting (connect_host/connect_port) in one call,
 on localhost sockets only."""
-import json
 import socket
 import time
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.multinode.deepspeed.plugins.modules import node_probe
-
-
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            node_probe.main()
-    return json.loads(capsys.readouterr().out)
 
 
 def free_port():
@@ -25,11 +14,11 @@ def free_port():
     return port
 
 
-def test_listen_and_connect_in_one_call(capsys):
+def test_listen_and_connect_in_one_call(run_module):
     port = free_port()
     before = time.time()
-    res = run_module(capsys, {"listen_port": port, "listen_expect": 1, "listen_seconds": 5,
-                              "connect_host": "127.0.0.1", "connect_port": port, "connect_seconds": 5})
+    res = run_module(node_probe, {"listen_port": port, "listen_expect": 1, "listen_seconds": 5,
+                                  "connect_host": "127.0.0.1", "connect_port": port, "connect_seconds": 5})
     assert res.get("failed") is not True, res
     assert res["listen"] == {"rc": 0, "msg": "", "accepted": 1}
     assert res["connect"]["rc"] == 0 and res["connect"]["msg"] == "" and res["connect"]["seconds"] < 5
@@ -44,13 +33,13 @@ def test_listen_and_connect_in_one_call(capsys):
         again.close()
 
 
-def test_listen_on_a_taken_port(capsys):
+def test_listen_on_a_taken_port(run_module):
     holder = socket.socket()
     holder.bind(("", 0))
     holder.listen(1)
     port = holder.getsockname()[1]
     try:
-        res = run_module(capsys, {"listen_port": port, "listen_seconds": 5})
+        res = run_module(node_probe, {"listen_port": port, "listen_seconds": 5})
     finally:
         holder.close()
     assert res["listen"]["rc"] == 1 and res["listen"]["accepted"] == 0
@@ -59,13 +48,13 @@ def test_listen_on_a_taken_port(capsys):
     assert res["elapsed"] < 2
 
 
-def test_connect_to_a_closed_port(capsys):
+def test_connect_to_a_closed_port(run_module):
     # Bound but not listening: connections are refused, and nothing else can take the port meanwhile.
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     try:
-        res = run_module(capsys, {"connect_host": "127.0.0.1", "connect_port": port, "connect_seconds": 1})
+        res = run_module(node_probe, {"connect_host": "127.0.0.1", "connect_port": port, "connect_seconds": 1})
     finally:
         closed.close()
     conn = res["connect"]
@@ -75,12 +64,12 @@ def test_connect_to_a_closed_port(capsys):
     assert res["elapsed"] >= 1 and "time" in res
 
 
-def test_no_port_options_no_port_results(capsys):
-    res = run_module(capsys, {})
+def test_no_port_options_no_port_results(run_module):
+    res = run_module(node_probe, {})
     assert "listen" not in res and "connect" not in res
     assert isinstance(res["time"], float) and isinstance(res["elapsed"], float)
 
 
-def test_connect_host_needs_connect_port(capsys):
-    res = run_module(capsys, {"connect_host": "127.0.0.1"})
+def test_connect_host_needs_connect_port(run_module):
+    res = run_module(node_probe, {"connect_host": "127.0.0.1"})
     assert res["failed"] is True and "connect_host" in res["msg"] and "connect_port" in res["msg"]

@@ -4,7 +4,6 @@ import re
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.multinode.deepspeed.plugins.modules import preflight_report
 
@@ -46,16 +45,9 @@ def data():
     }
 
 
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            preflight_report.main()
-    return json.loads(capsys.readouterr().out)
-
-
-def test_writes_json_and_text(tmp_path, capsys):
+def test_writes_json_and_text(tmp_path, run_module):
     dest = tmp_path / "runs" / "preflight-1"
-    res = run_module(capsys, {"data": data(), "dest": str(dest)})
+    res = run_module(preflight_report, {"data": data(), "dest": str(dest)})
     assert res["changed"] is True and res["status"] == "pass" and res["findings"] == []
     assert res["path"] == str(dest / "preflight.json")
     doc = json.loads((dest / "preflight.json").read_text())
@@ -75,10 +67,10 @@ def test_writes_json_and_text(tmp_path, capsys):
     assert set(res["tables"]) == {"ssh", "bandwidth", "verdicts"}
 
 
-def test_failures_are_reported_not_failed(tmp_path, capsys):
+def test_failures_are_reported_not_failed(tmp_path, run_module):
     d = data()
     d["versions"]["worker2"]["deepspeed"] = "0.19.7"
-    res = run_module(capsys, {"data": d, "dest": str(tmp_path)})
+    res = run_module(preflight_report, {"data": d, "dest": str(tmp_path)})
     assert not res.get("failed") and res["status"] == "fail"
     assert len(res["findings"]) == 1 and res["findings"][0].startswith("versions on worker2:")
     text = (tmp_path / "preflight.txt").read_text()
@@ -86,13 +78,13 @@ def test_failures_are_reported_not_failed(tmp_path, capsys):
     assert json.loads((tmp_path / "preflight.json").read_text())["findings"] == res["findings"]
 
 
-def test_settings_are_applied(tmp_path, capsys):
-    res = run_module(capsys, {"data": data(), "settings": {"min_free_gib_local": 100, "max_clock_skew": None}})
+def test_settings_are_applied(tmp_path, run_module):
+    res = run_module(preflight_report, {"data": data(), "settings": {"min_free_gib_local": 100, "max_clock_skew": None}})
     assert res["status"] == "fail"
     assert sorted(f.split(":")[0] for f in res["findings"]) == ["disk on coord", "disk on worker1", "disk on worker2"]
 
 
-def test_advice_is_in_the_text(capsys):
+def test_advice_is_in_the_text(run_module):
     d = data()
     d["job"].update(accelerator="cuda", profile="ib")
     d["versions"] = dict((h, dict(STACK, torch="2.13.0+cu128", cuda="12.8", nccl="2.27.3")) for h in NODES)
@@ -104,32 +96,32 @@ def test_advice_is_in_the_text(capsys):
     d["bandwidth"] = {"primary": {"label": "ib", "ok": False, "raw": None,
                                   "error": "worker1: NCCL WARN Call to ibv_modify_qp failed"},
                       "fallback": {"label": "tcp", "ok": True, "error": "", "raw": GLOO}}
-    res = run_module(capsys, {"data": d})
+    res = run_module(preflight_report, {"data": d})
     assert res["status"] == "fail" and res["advice"]["variable"] == "nccl_profile"
     assert "Advice: " + res["advice"]["message"] in res["text"]
     assert "all_reduce tcp (fallback test): PASS" in res["text"]
 
 
-def test_check_mode_writes_nothing(tmp_path, capsys):
+def test_check_mode_writes_nothing(tmp_path, run_module):
     dest = tmp_path / "out"
-    res = run_module(capsys, {"data": data(), "dest": str(dest), "_ansible_check_mode": True})
+    res = run_module(preflight_report, {"data": data(), "dest": str(dest), "_ansible_check_mode": True})
     assert res["changed"] is False and res["path"] is None and res["status"] == "pass"
     assert not dest.exists()
     assert res["text"].startswith("Preflight preflight-1: PASS")
 
 
-def test_without_dest_nothing_is_written(tmp_path, capsys, monkeypatch):
+def test_without_dest_nothing_is_written(tmp_path, run_module, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    res = run_module(capsys, {"data": data()})
+    res = run_module(preflight_report, {"data": data()})
     assert res["changed"] is False and res["path"] is None and res["status"] == "pass"
     assert list(tmp_path.iterdir()) == []
 
 
-def test_rewrite_replaces_the_files(tmp_path, capsys):
-    run_module(capsys, {"data": data(), "dest": str(tmp_path)})
+def test_rewrite_replaces_the_files(tmp_path, run_module):
+    run_module(preflight_report, {"data": data(), "dest": str(tmp_path)})
     d = data()
     d["probes"]["worker2"] = {"skipped": True}
-    res = run_module(capsys, {"data": d, "dest": str(tmp_path)})
+    res = run_module(preflight_report, {"data": d, "dest": str(tmp_path)})
     assert res["status"] == "fail"
     assert json.loads((tmp_path / "preflight.json").read_text())["status"] == "fail"
     assert "probe on worker2: the node did not answer the probe" in (tmp_path / "preflight.txt").read_text()
@@ -142,16 +134,16 @@ def test_rewrite_replaces_the_files(tmp_path, capsys):
     (lambda d: d["bandwidth"]["primary"]["raw"].update(world_size=0), "PreflightError: .*at least one rank"),
     (lambda d: d["job"].update(rank_hosts={"worker1": "many"}), "ValueError"),
 ])
-def test_bad_data_fails_with_a_clear_message(tmp_path, capsys, mutate, match):
+def test_bad_data_fails_with_a_clear_message(tmp_path, run_module, mutate, match):
     d = copy.deepcopy(data())
     mutate(d)
-    res = run_module(capsys, {"data": d, "dest": str(tmp_path / "out")})
+    res = run_module(preflight_report, {"data": d, "dest": str(tmp_path / "out")})
     assert res["failed"] is True
     assert res["msg"].startswith("cannot judge the preflight data: ")
     assert re.search(match, res["msg"]), res["msg"]
     assert not (tmp_path / "out").exists()
 
 
-def test_data_is_required(capsys):
-    res = run_module(capsys, {})
+def test_data_is_required(run_module):
+    res = run_module(preflight_report, {})
     assert res["failed"] is True and "data" in res["msg"]

@@ -1,22 +1,11 @@
 """run_prepare: the run's checks (new run id, the user's script, the trainer's dry run), then its directory."""
-import json
 import os
 import sys
-
-import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.multinode.deepspeed.plugins.modules import run_prepare
 
 ENV = {"PYTHONUNBUFFERED": "1", "DS_ACCELERATOR": "cpu", "MULTINODE_DS_RUN_ID": "r1", "A_FIRST": "x=y"}
 HOSTFILE = "worker1 slots=1\nworker2 slots=1\n"
-
-
-def run_module(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit):
-            run_prepare.main()
-    return json.loads(capsys.readouterr().out)
 
 
 def make_job(tmp_path, **kw):
@@ -29,9 +18,9 @@ def make_job(tmp_path, **kw):
     return job
 
 
-def test_write_creates_the_run_directory(tmp_path, capsys):
+def test_write_creates_the_run_directory(tmp_path, run_module):
     job = make_job(tmp_path)
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     run_dir = tmp_path / "shared" / "runs" / "r1"
     assert res.get("failed") is not True, res
     assert res["changed"] is True and res["run_dir"] == str(run_dir) and "dry_run" not in res
@@ -47,20 +36,20 @@ def test_write_creates_the_run_directory(tmp_path, capsys):
     assert not list(run_dir.rglob("*.tmp"))
 
 
-def test_a_directory_a_failed_preflight_left_is_reused(tmp_path, capsys):
+def test_a_directory_a_failed_preflight_left_is_reused(tmp_path, run_module):
     job = make_job(tmp_path)
     os.makedirs(os.path.join(job["run_dir"], "preflight"))
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     assert res["changed"] is True and os.path.isfile(os.path.join(job["run_dir"], "hostfile"))
     assert os.path.isdir(os.path.join(job["run_dir"], "preflight"))
 
 
-def test_an_existing_hostfile_fails(tmp_path, capsys):
+def test_an_existing_hostfile_fails(tmp_path, run_module):
     job = make_job(tmp_path)
     os.makedirs(job["run_dir"])
     with open(os.path.join(job["run_dir"], "hostfile"), "w") as fh:
         fh.write("old slots=1\n")
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     assert res["failed"] is True
     assert "run_id=r1" in res["msg"] and "Fix:" in res["msg"] and "coord" in res["msg"]
     # Nothing of the old run is touched.
@@ -69,75 +58,75 @@ def test_an_existing_hostfile_fails(tmp_path, capsys):
     assert not os.path.exists(os.path.join(job["run_dir"], ".deepspeed_env"))
 
 
-def test_a_missing_entrypoint_fails_naming_it(tmp_path, capsys):
+def test_a_missing_entrypoint_fails_naming_it(tmp_path, run_module):
     missing = str(tmp_path / "nowhere" / "my_train.py")
     job = make_job(tmp_path, entrypoint=missing)
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     assert res["failed"] is True
     assert ("entrypoint=%s does not exist" % missing) in res["msg"] and "Fix:" in res["msg"]
     assert not os.path.exists(job["run_dir"])
 
 
-def test_write_false_writes_nothing(tmp_path, capsys):
+def test_write_false_writes_nothing(tmp_path, run_module):
     job = make_job(tmp_path)
-    res = run_module(capsys, {"job": job, "write": False})
+    res = run_module(run_prepare, {"job": job, "write": False})
     assert res["changed"] is False and res["written"] == [] and res["run_dir"] == job["run_dir"]
     assert not os.path.exists(job["run_dir"])
 
 
-def test_check_mode_writes_nothing(tmp_path, capsys):
+def test_check_mode_writes_nothing(tmp_path, run_module):
     job = make_job(tmp_path)
-    res = run_module(capsys, {"job": job, "_ansible_check_mode": True})
+    res = run_module(run_prepare, {"job": job, "_ansible_check_mode": True})
     assert res["changed"] is False and not os.path.exists(job["run_dir"])
 
 
-def test_check_false_skips_the_checks(tmp_path, capsys):
+def test_check_false_skips_the_checks(tmp_path, run_module):
     # A missing script and a dry run that would fail: neither is looked at.
     job = make_job(tmp_path, entrypoint=str(tmp_path / "missing.py"))
-    res = run_module(capsys, {"job": job, "check": False})
+    res = run_module(run_prepare, {"job": job, "check": False})
     assert res.get("failed") is not True, res
     assert res["changed"] is True and os.path.isfile(os.path.join(job["run_dir"], "hostfile"))
     job = make_job(tmp_path, run_dir=str(tmp_path / "r2"), metrics=True,
                    dry_run=[sys.executable, "-c", "import sys; sys.exit(2)"])
-    res = run_module(capsys, {"job": job, "check": False})
+    res = run_module(run_prepare, {"job": job, "check": False})
     assert res.get("failed") is not True and "dry_run" not in res
 
 
-def test_the_trainer_refusing_the_run_fails(tmp_path, capsys):
+def test_the_trainer_refusing_the_run_fails(tmp_path, run_module):
     script = ("import sys\n"
               "print('reading the registry', file=sys.stderr)\n"
               "print('multinode_ds: too big. Fix: x', file=sys.stderr)\n"
               "print('', file=sys.stderr)\n"
               "sys.exit(2)\n")
     job = make_job(tmp_path, metrics=True, entrypoint="", dry_run=[sys.executable, "-c", script])
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     assert res["failed"] is True
     assert "refuses this run" in res["msg"] and "too big. Fix: x" in res["msg"]
     assert "multinode_ds: too big" not in res["msg"] and "coord" in res["msg"]
     assert not os.path.exists(job["run_dir"])
 
 
-def test_the_trainer_failing_silently_gives_its_exit_code(tmp_path, capsys):
+def test_the_trainer_failing_silently_gives_its_exit_code(tmp_path, run_module):
     job = make_job(tmp_path, metrics=True, dry_run=[sys.executable, "-c", "import sys; sys.exit(3)"])
-    res = run_module(capsys, {"job": job})
+    res = run_module(run_prepare, {"job": job})
     assert res["failed"] is True and "exit code 3" in res["msg"]
 
 
-def test_the_trainers_plan_is_returned(tmp_path, capsys):
+def test_the_trainers_plan_is_returned(tmp_path, run_module):
     plan = {"model": "llama-tiny", "n_params": 1234, "world_size": 2, "zero_stage": 1,
             "estimated_gib_per_rank": 0.01, "memory_gib_per_rank": 4.0}
     script = ("import json, os, sys\n"
               "print('loading')\n"
               "print(json.dumps(dict(%r, accel=os.environ.get('DS_ACCELERATOR'))))\n" % (plan,))
     job = make_job(tmp_path, metrics=True, accelerator="cuda", dry_run=[sys.executable, "-c", script])
-    res = run_module(capsys, {"job": job, "write": False})
+    res = run_module(run_prepare, {"job": job, "write": False})
     assert res.get("failed") is not True, res
     # The dry run sees the job's accelerator.
     assert res["dry_run"] == dict(plan, accel="cuda")
     assert not os.path.exists(job["run_dir"])
 
 
-def test_the_trainer_printing_no_json_gives_an_empty_plan(tmp_path, capsys):
+def test_the_trainer_printing_no_json_gives_an_empty_plan(tmp_path, run_module):
     job = make_job(tmp_path, metrics=True, dry_run=[sys.executable, "-c", "print('not json')"])
-    res = run_module(capsys, {"job": job, "write": False})
+    res = run_module(run_prepare, {"job": job, "write": False})
     assert res["dry_run"] == {}
