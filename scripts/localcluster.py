@@ -50,6 +50,8 @@ IMAGE_PACKAGES = [
     "pdsh", "rsync", "sudo", "procps", "iproute2", "ca-certificates", "netbase", "less", "cron",
     # The nfs role's packages (server and client), so its tests need no apt mirror.
     "nfs-kernel-server", "nfs-common",
+    # The slurm role's packages (daemons, client, munge, accounting with slurmdbd on MariaDB).
+    "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server", "python3-pymysql",
 ]
 CONTAINERS_CONF = """\
 # Written by scripts/localcluster.py; used through CONTAINERS_CONF only.
@@ -145,6 +147,8 @@ def ensure_image() -> str:
             # at first start), no apt caches.
             for key in (rootfs / "etc" / "ssh").glob("ssh_host_*"):
                 key.unlink()
+            # No munge key either: the slurm role makes the cluster's one key once, on the coordinator.
+            (rootfs / "etc" / "munge" / "munge.key").unlink(missing_ok=True)
             shutil.rmtree(rootfs / "var" / "cache" / "apt" / "archives", ignore_errors=True)
             start = rootfs / START_SCRIPT_PATH.lstrip("/")
             start.write_text(START_SCRIPT)

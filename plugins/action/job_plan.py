@@ -10,6 +10,7 @@ __metaclass__ = type
 import datetime
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, flag, plan
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
@@ -36,6 +37,7 @@ def worker_facts(hv):
             "memtotal_mb": node.get("memtotal_mb") or facts.get("memtotal_mb"),
             "interface": node.get("interface") or (facts.get("default_ipv4") or {}).get("interface"),
             "env": dict(hv.get("multinode_node_env") or {}),
+            "scheduler_name": hv.get("slurm_node_name") or None,
             "answered": None}
 
 
@@ -48,7 +50,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = self._task.args
         settings = {}
-        for var, key in SETTINGS.items():
+        for var, key in list(SETTINGS.items()) + [(n, n) for n in backends.setting_names()]:
             if var in task_vars and task_vars[var] is not None:
                 settings[key] = self._templar.template(task_vars[var])
         settings["hf_token_set"] = "hf_token" in task_vars

@@ -42,11 +42,7 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def flag(value):
-    """An inventory or -e boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
-    return bool(value)
+flag = backends.flag
 
 
 class JobError(ValueError):
@@ -147,6 +143,7 @@ def plan(settings, workers, coordinators, now):
     except backends.BackendError as exc:
         problems.append(str(exc))
         backend = None
+    backend_options = backend.options(settings, problems) if backend else {}
     run_id = settings.get("run_id") or "%s-%s" % (now.strftime("%Y%m%d-%H%M%S"), job["model"])
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
@@ -182,8 +179,9 @@ def plan(settings, workers, coordinators, now):
                        "cannot start. Fix: repair %s, or leave it out with -e exclude=%s" % (
                            ", ".join(silent), ", ".join(rank_hosts), ", ".join(silent), ",".join(silent)))
     master = workers[layout["master"]]
+    job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
     job.update({
-        "run_id": str(run_id), "backend": backend.NAME, "entrypoint": entrypoint, "args": args,
+        "run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options, "entrypoint": entrypoint, "args": args,
         "run_dir": "%s/runs/%s" % (job["shared_dir"], run_id),
         "checkpoint_dir": "%s/checkpoints/%s" % (job["shared_dir"], job["model"]),
         "coordinators": list(coordinators), "rank_hosts": rank_hosts,

@@ -343,7 +343,7 @@ def ssh_verdicts(results, required, backend):
     ``results``: source -> target -> ``{"rc", "stdout", "stderr"}``.
     """
     if not required:
-        return [verdict("ssh", "*", SKIP, "backend %s starts every node from Ansible; no SSH between nodes is used"
+        return [verdict("ssh", "*", SKIP, "backend %s uses no SSH between nodes"
                         % backend)]
     out = []
     for src, dst in required:
@@ -745,6 +745,9 @@ def gather(job, nodevars, workers=None):
         "own_addresses": dict((h, list(node[h].get("ipv4") or []) + list(node[h].get("ipv6") or [])) for h in nodes),
         "link_gbps": dict((h, hv[h].get("preflight_node_link_gbps")) for h in ranks),
         "tcp_link_gbps": dict((h, hv[h].get("preflight_node_tcp_link_gbps")) for h in ranks),
+        # The launch backend's own checks (its tasks file sets them once, for the play).
+        "backend_verdicts": next((list(hv[h]["preflight_backend_verdicts"]) for h in nodes
+                                  if hv[h].get("preflight_backend_verdicts") is not None), []),
     }
     for h in ranks:
         data["gpus"][h + ":status"] = (hv[h].get("multinode_accelerators") or {}).get("status")
@@ -914,6 +917,8 @@ def evaluate(data, settings=None):
                               {"shared": cfg["min_free_gib_shared"], "local": cfg["min_free_gib_local"]})
     verdicts += memlock_verdicts(rank_memlock(backend, coords, ranks, probes, ssh), profile, cfg.get("min_memlock_kib"))
     verdicts += accelerator_verdicts(slots, data.get("gpus") or {}, accel)
+    verdicts += [verdict(v["check"], v["host"], v["status"], v["detail"], v.get("fix"))
+                 for v in data.get("backend_verdicts") or []]
     missing = [h for h in nodes if h not in probes]
     for host in missing:
         verdicts.append(verdict("probe", host, FAIL, "the node did not answer the probe",

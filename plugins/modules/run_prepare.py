@@ -124,6 +124,14 @@ def main():
         module.exit_json(**result)
     for sub in ("logs", "control", "nodes"):
         os.makedirs(os.path.join(job["run_dir"], sub), mode=0o755, exist_ok=True)
+    # The launch backend's own files (a batch script...), paths under the run directory.
+    for name, text in sorted(((job.get("launch") or {}).get("files") or {}).items()):
+        path = os.path.normpath(os.path.join(job["run_dir"], name))
+        if not path.startswith(job["run_dir"].rstrip("/") + "/"):
+            module.fail_json(msg="the backend's file %s is not under the run directory %s" % (name, job["run_dir"]))
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+        write_file(path, text, 0o755 if text.startswith("#!") else 0o644)
+        result["written"].append(path)
     files = {
         "hostfile": job["hostfile"],
         # Strictly KEY=VALUE lines (the plan checked them): a blank line or a comment breaks DeepSpeed's launcher.

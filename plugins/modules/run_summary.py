@@ -284,6 +284,12 @@ def main():
             key, value = line.split("=", 1)
             env[key] = value
     summary["environment"] = mask_env(env)
+    # A scheduler's record of the run (the slurm backend: job id, state, exit code, elapsed, nodes).
+    if os.path.exists(os.path.join(run_dir, "scheduler.json")):
+        try:
+            summary["scheduler"] = json.loads(_read(os.path.join(run_dir, "scheduler.json")))
+        except ValueError:
+            summary["scheduler"] = {"error": "unreadable scheduler.json"}
     if not summary["hosts"] and rank_logs:
         for r in sorted(rank_logs):
             summary["hosts"].setdefault(rank_host.get(r), []).append(r)

@@ -12,7 +12,11 @@ A backend is one file in this package with one ``Backend`` subclass, listed in `
 * ``launch_argv(job, node)``: the launcher's argv on that node;
 * ``ssh_pairs(job)``: the (source, target) SSH logins the launch needs (what preflight checks);
 * ``ranks_over_ssh``: whether the ranks start in an SSH login (their limits are that login's);
-* ``stop``: how a run is stopped (the agents' lease and ABORT file, for both backends here).
+* ``stop``: how a run is stopped (the agents' lease and ABORT file; scancel for slurm);
+* ``SETTINGS`` / ``options(settings, problems)``: the backend's own variables (name -> default), checked;
+* ``files(job)``: more files of the run directory (path under it -> text), written with the hostfile;
+* ``start(job)`` / ``handoff(job)``: whether the play starts the run, and what it says when it does not;
+* ``checks``: the preflight role's tasks file for this backend (``tasks/backend/<checks>.yml``), or None.
 
 Pure Python, no Ansible import.
 """
@@ -26,6 +30,13 @@ class BackendError(ValueError):
     """An unknown backend; the message lists the known ones."""
 
 
+def flag(value):
+    """An inventory or -e boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
+    return bool(value)
+
+
 class Backend(object):
     """The interface; see the package's docstring."""
 
@@ -33,6 +44,22 @@ class Backend(object):
     DESCRIPTION = ""
     ranks_over_ssh = False
     stop = "lease"
+    checks = None
+    SETTINGS = {}
+
+    def options(self, settings, problems):
+        """The backend's own settings (``SETTINGS``' keys) from ``settings``, checked: each problem is appended
+        to ``problems`` with its fix."""
+        return {}
+
+    def files(self, job):
+        return {}
+
+    def start(self, job):
+        return True
+
+    def handoff(self, job):
+        return None
 
     def launchers(self, job):
         raise NotImplementedError
@@ -80,14 +107,16 @@ class Backend(object):
                 "agent_argv": dict((node, self.agent_argv(job, node, argv.get(node))) for node in agents),
                 "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ssh_targets": self.ssh_targets(job),
                 "ranks_over_ssh": self.ranks_over_ssh,
-                "stop": self.stop}
+                "stop": self.stop, "checks": self.checks, "files": self.files(job), "start": self.start(job),
+                "handoff": self.handoff(job)}
 
 
 # The registry: one import and one entry per backend.
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import pdsh  # noqa: E402
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import ssh_free  # noqa: E402
+from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import slurm  # noqa: E402
 
-REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend))
+REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend, slurm.SlurmBackend))
 # The backend of a job that names none: DeepSpeed's own default launcher.
 DEFAULT = pdsh.PdshBackend.NAME
 
@@ -99,3 +128,8 @@ def get(name):
             name, " or -e backend=".join(sorted(REGISTRY)),
             "; ".join("%s: %s" % (n, REGISTRY[n].DESCRIPTION) for n in sorted(REGISTRY))))
     return REGISTRY[name]()
+
+
+def setting_names():
+    """Every backend's own variables (what the job_plan action reads from the play)."""
+    return sorted(set(k for b in REGISTRY.values() for k in b.SETTINGS))

@@ -1,0 +1,328 @@
+"""The Slurm backend's node side: submit and follow the run's batch job, and start one rank under srun.
+
+``python -m multinode_ds.slurm job --run-dir D``
+    On the coordinator (started by the run's agent): ``sbatch --parsable D/slurm/job.sbatch``, then follow the
+    job with ``scontrol`` until it ends.  It writes ``D/scheduler.json`` (job id, state, exit code, elapsed,
+    nodes: from ``sacct`` when the cluster keeps accounting, else from ``scontrol``).  When a node of the job
+    goes DOWN (or the job ends NODE_FAIL), or a rank fails, it writes the cause to ``D/control/ABORT`` (the
+    watch and every agent read it).  SIGTERM or SIGINT (the agent stopping the run: Ctrl-C on the controller,
+    the run's timeout, a stale lease) runs ``scancel``.  Exits 0 only when the job COMPLETED with exit code 0.
+
+``python -m multinode_ds.slurm rank --run-dir D --master-addr A --master-port P -- PROGRAM...``
+    On each rank's node, under srun: the run's environment (``D/.deepspeed_env``), then the variables
+    DeepSpeed's own launcher gives a rank (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE,
+    MASTER_ADDR, MASTER_PORT) from srun's (SLURM_PROCID, SLURM_LOCALID, ...), then it becomes PROGRAM the way
+    DeepSpeed's ``launch.py`` starts it: ``python -u [-m] SCRIPT --local_rank=N ARGS``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+            "DEADLINE")
+BAD_NODE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER")
+
+
+def read_env_file(path: Path) -> dict:
+    env = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key and not key.startswith("#"):
+                env[key] = value
+    return env
+
+
+# --------------------------------------------------------------------------- one rank
+
+def local_size(tasks_per_node: str, node_id: int) -> int:
+    """SLURM_TASKS_PER_NODE ('2(x3),1') -> the task count on node ``node_id`` of the step."""
+    counts = []
+    for part in tasks_per_node.split(","):
+        if "(x" in part:
+            n, times = part.rstrip(")").split("(x")
+            counts += [int(n)] * int(times)
+        elif part.strip():
+            counts.append(int(part))
+    return counts[node_id] if node_id < len(counts) else 1
+
+
+def rank_env(slurm: dict, master_addr: str, master_port: str) -> dict:
+    node_id = int(slurm.get("SLURM_NODEID", "0"))
+    return {
+        "RANK": slurm["SLURM_PROCID"], "WORLD_SIZE": slurm["SLURM_NTASKS"], "LOCAL_RANK": slurm["SLURM_LOCALID"],
+        "LOCAL_SIZE": str(local_size(slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE")
+                                     or "1", node_id)),
+        "CROSS_RANK": str(node_id), "CROSS_SIZE": slurm.get("SLURM_STEP_NUM_NODES") or slurm.get("SLURM_NNODES", "1"),
+        "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
+    }
+
+
+def program_argv(python: str, program: list, local_rank: str) -> list:
+    """DeepSpeed's launch.py: ``python -u [-m] SCRIPT --local_rank=N ARGS`` (``--module X`` -> ``-m X``)."""
+    program = list(program)
+    if program and program[0] == "--module":
+        return [python, "-u", "-m", program[1], "--local_rank=%s" % local_rank] + program[2:]
+    return [python, "-u", program[0], "--local_rank=%s" % local_rank] + program[1:]
+
+
+def rank_main(args) -> int:
+    env = dict(os.environ)
+    env.update(read_env_file(Path(args.run_dir) / ".deepspeed_env"))
+    env.update(rank_env(os.environ, args.master_addr, args.master_port))
+    argv = program_argv(sys.executable, args.program, env["LOCAL_RANK"])
+    os.chdir(args.run_dir)
+    os.execvpe(argv[0], argv, env)
+    return 127  # not reached
+
+
+# --------------------------------------------------------------------------- the job
+
+def run(argv, timeout=30):
+    try:
+        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
+                             check=False)
+        return res.returncode, res.stdout, res.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 1, "", str(exc)
+
+
+def say(msg: str) -> None:
+    print("multinode_ds.slurm: %s" % msg, flush=True)
+
+
+def write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    tmp.write_text(json.dumps(data, sort_keys=True, indent=1))
+    os.replace(tmp, path)
+
+
+def scontrol_job(job_id: str) -> dict:
+    rc, out, _ = run(["scontrol", "show", "job", "-o", job_id])
+    info = {}
+    if rc == 0:
+        import re
+        for token in re.split(r"\s+(?=[A-Za-z:/]+=)", out.strip()):
+            key, sep, value = token.partition("=")
+            if sep:
+                info[key] = value
+    return info
+
+
+def node_states(nodelist: str) -> dict:
+    rc, out, _ = run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%T|%E"])
+    states = {}
+    if rc == 0:
+        for line in out.splitlines():
+            parts = line.split("|")
+            if len(parts) >= 2:
+                states[parts[0]] = (parts[1].upper(), parts[2] if len(parts) > 2 else "")
+    return states
+
+
+def abort(run_dir: Path, reason: str, **extra) -> None:
+    """The run's ABORT record (first writer wins), as the agents write it."""
+    path = run_dir / "control" / "ABORT"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "w") as fh:
+        json.dump(dict(reason=reason, host=extra.pop("host", os.uname().nodename), time=time.time(), **extra), fh)
+
+
+def srun_failures(text: str) -> list:
+    import re
+    pat = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (Exited with exit code (\d+)|.*)$")
+    out = []
+    for line in text.splitlines():
+        m = pat.search(line.strip())
+        if m:
+            out.append((m.group(1), m.group(2), int(m.group(4)) if m.group(4) else None, m.group(3)))
+    return out
+
+
+class Job:
+    def __init__(self, args):
+        self.run_dir = Path(args.run_dir)
+        self.script = self.run_dir / "slurm" / "job.sbatch"
+        self.poll = args.poll
+        self.job_id = None
+        self.state = None
+        self.info = {}
+        self.stopping = None
+
+    def record(self, final=False) -> dict:
+        rec = {"name": "slurm", "job_id": self.job_id, "state": self.info.get("JobState", self.state or "PENDING"),
+               "exit_code": self.info.get("ExitCode"), "elapsed": self.info.get("RunTime"),
+               "nodes": self.info.get("NodeList"), "partition": self.info.get("Partition"),
+               "reason": self.info.get("Reason"), "source": "scontrol"}
+        if final and self.job_id:
+            for _ in range(10):  # accounting is written a moment after the job ends
+                rc, out, _err = run(["sacct", "-n", "-P", "-X", "-j", self.job_id, "-o",
+                                     "JobID,JobName,Partition,State,ExitCode,Elapsed,NodeList,Start,End"])
+                rows = [line.split("|") for line in out.splitlines() if line.startswith(self.job_id + "|")]
+                if rc == 0 and rows and rows[0][3].split()[0] in TERMINAL:
+                    r = rows[0]
+                    rec.update(state=r[3].split()[0], exit_code=r[4], elapsed=r[5], nodes=r[6], partition=r[2],
+                               start=r[7], end=r[8], source="sacct")
+                    break
+                if rc != 0:
+                    rec["sacct"] = (_err or out).strip()[:300]
+                    break
+                time.sleep(1)
+        write_json(self.run_dir / "scheduler.json", rec)
+        return rec
+
+    def cancel(self, why: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = why
+        if self.job_id:
+            say("scancel %s: %s" % (self.job_id, why))
+            run(["scancel", self.job_id])
+
+    def on_signal(self, signum, _frame):
+        self.cancel("the run was stopped (%s)" % signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    def batch_output(self) -> str:
+        path = self.run_dir / "slurm" / ("batch-%s.out" % self.job_id)
+        try:
+            return path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        try:
+            rc, out, err = run(["sbatch", "--parsable", str(self.script)], timeout=60)
+            if rc != 0:
+                why = (err or out).strip().splitlines()[-1:] or ["exit code %d" % rc]
+                say("sbatch failed: %s" % why[0])
+                abort(self.run_dir, "sbatch refused the job: %s" % why[0])
+                return rc or 1
+            self.job_id = out.strip().split(";")[0]
+            say("submitted batch job %s" % self.job_id)
+            self.record()
+            return self.follow()
+        except KeyboardInterrupt:
+            self.wait_end(20)
+            self.record(final=True)
+            return 143
+
+    def wait_end(self, seconds: float) -> None:
+        deadline = time.time() + seconds
+        while self.job_id and time.time() < deadline:
+            self.info = scontrol_job(self.job_id) or self.info
+            if self.info.get("JobState") in TERMINAL or not self.info:
+                return
+            time.sleep(1)
+
+    def follow(self) -> int:
+        last = None
+        while True:
+            info = scontrol_job(self.job_id)
+            if info:
+                self.info = info
+            state = self.info.get("JobState", "UNKNOWN")
+            if state != last:
+                say("job %s %s%s" % (self.job_id, state, " on %s" % self.info.get("NodeList")
+                                     if self.info.get("NodeList") not in (None, "", "(null)") else
+                                     " (%s)" % self.info.get("Reason") if self.info.get("Reason") not in
+                                     (None, "", "None") else ""))
+                last = state
+                self.record()
+            if state == "RUNNING" and self.info.get("NodeList"):
+                down = [(n, s, r) for n, (s, r) in node_states(self.info["NodeList"]).items()
+                        if any(b in s for b in BAD_NODE)]
+                if down:
+                    node, st, why = down[0]
+                    reason = "node %s is %s in Slurm%s" % (node, st, " (%s)" % why if why and why != "none" else "")
+                    say(reason)
+                    abort(self.run_dir, reason, host=node)
+                    self.cancel(reason)
+            if state in TERMINAL:
+                break
+            time.sleep(self.poll)
+        rec = self.record(final=True)
+        return self.verdict(rec)
+
+    def local_rank(self, tasks: str) -> int:
+        """The local rank of global rank ``tasks`` (its first, for a range) from the tasks file."""
+        try:
+            rank = int(tasks.split(",")[0].split("-")[0])
+            lines = (self.run_dir / "slurm" / "tasks").read_text().split()
+            return lines[:rank].count(lines[rank])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def verdict(self, rec: dict) -> int:
+        state = rec.get("state") or ""
+        code = str(rec.get("exit_code") or "0:0")
+        failures = srun_failures(self.batch_output())
+        say("job %s ended %s, exit code %s, elapsed %s" % (self.job_id, state, code, rec.get("elapsed")))
+        if state == "COMPLETED" and code.split(":")[0] == "0":
+            return 0
+        if failures:
+            node, tasks, exit_code, what = failures[0]
+            reason = "rank %s on %s %s (Slurm job %s %s; srun --kill-on-bad-exit ended every rank)" % (
+                tasks, node, "exited with %d" % exit_code if exit_code is not None else what.lower(), self.job_id,
+                state)
+            abort(self.run_dir, reason, host=node, exit_code=exit_code, job_id=self.job_id)
+            if exit_code is not None:
+                # The line DeepSpeed's launcher writes for a failed rank (what the run's diagnosis reads).
+                print("%s: rank %s (--local_rank=%d) exits with return code = %d" % (
+                    node, tasks, self.local_rank(tasks), exit_code), flush=True)
+        elif state == "NODE_FAIL":
+            abort(self.run_dir, "Slurm job %s ended NODE_FAIL: a node of %s failed" % (self.job_id, rec.get("nodes")))
+        elif state == "TIMEOUT":
+            abort(self.run_dir, "Slurm job %s reached its time limit" % self.job_id)
+        else:
+            abort(self.run_dir, "Slurm job %s ended %s (exit code %s)%s" % (
+                self.job_id, state, code, ": %s" % self.stopping if self.stopping else ""))
+        try:
+            first = int(code.split(":")[0])
+        except ValueError:
+            first = 1
+        return first or 1
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.slurm", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    j = sub.add_parser("job", help="submit the run's batch job and follow it (on the coordinator)")
+    j.add_argument("--run-dir", required=True)
+    j.add_argument("--poll", type=float, default=2.0)
+    r = sub.add_parser("rank", help="start one rank (under srun)")
+    r.add_argument("--run-dir", required=True)
+    r.add_argument("--master-addr", required=True)
+    r.add_argument("--master-port", required=True)
+    r.add_argument("program", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    if args.what == "rank":
+        if args.program and args.program[0] == "--":
+            args.program = args.program[1:]
+        if not args.program:
+            p.error("rank: the program to start is missing")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.what == "rank":
+        return rank_main(args)
+    return Job(args).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""slurm: the run is a batch job.  The coordinator's agent submits it (sbatch) and follows it; srun starts
+every rank (``--kill-on-bad-exit=1``); a run stops with scancel.  No SSH between nodes.
+
+Where ranks start: ``srun --distribution=arbitrary`` with the plan's rank order (``slurm/tasks``), each rank
+through ``multinode_ds.slurm rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
+What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
+How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
+Preflight: roles/preflight/tasks/backend/slurm.yml (munge, the partition, Slurm's versions).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils import slurm
+
+
+class SlurmBackend(backends.Backend):
+    NAME = "slurm"
+    DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
+    stop = "scancel"
+    checks = "slurm"
+    # Inventory or -e variable -> default.
+    SETTINGS = {"slurm_partition": "gpu", "slurm_account": None, "slurm_submit": True, "slurm_exclusive": True,
+                "slurm_sbatch_args": []}
+
+    def options(self, settings, problems):
+        opts = dict((k[len("slurm_"):], settings.get(k, v) if settings.get(k) is not None else v)
+                    for k, v in self.SETTINGS.items())
+        for key in ("partition", "account"):
+            value = opts[key]
+            if value not in (None, "") and not slurm.NAME_RE.fullmatch(str(value)):
+                problems.append("slurm_%s=%r is not a Slurm name (letters, digits, '_', '.', '-'). Fix: -e slurm_%s="
+                                "<name>" % (key, value, key))
+        extra = opts["sbatch_args"]
+        if isinstance(extra, str):
+            extra = extra.split()
+        for arg in extra or []:
+            if not str(arg).startswith("--") or "\n" in str(arg):
+                problems.append("slurm_sbatch_args: %r is not a long sbatch option. Fix: --name=value items, one "
+                                "per list element" % (arg,))
+        opts["sbatch_args"] = [str(a) for a in extra or []]
+        for key in ("submit", "exclusive"):
+            opts[key] = backends.flag(opts[key])
+        return opts
+
+    def launchers(self, job):
+        return list(job["coordinators"][:1])
+
+    def agents(self, job):
+        return self.launchers(job)
+
+    def launch_argv(self, job, node):
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"]]
+
+    def rank_argv(self, job):
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
+                "--master-addr", job["master_addr"], "--master-port", str(job["master_port"]), "--"] \
+            + list(job["program"])
+
+    def files(self, job):
+        opts = job["backend_options"]
+        names = job.get("scheduler_names") or {}
+        return {
+            slurm.BATCH_SCRIPT: slurm.batch_script(job, {"partition": opts["partition"], "account": opts["account"],
+                                                         "exclusive": opts["exclusive"],
+                                                         "extra": opts["sbatch_args"]},
+                                                   self.rank_argv(job), names),
+            slurm.TASKS_FILE: slurm.tasks_file(job, names),
+        }
+
+    def start(self, job):
+        return job["backend_options"]["submit"]
+
+    def handoff(self, job):
+        return ("The batch script is written: %s/%s (slurm_submit=false). Submit it with: sbatch %s/%s ; the run "
+                "writes its logs and metrics under %s." % (job["run_dir"], slurm.BATCH_SCRIPT, job["run_dir"],
+                                                          slurm.BATCH_SCRIPT, job["run_dir"]))
