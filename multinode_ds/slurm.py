@@ -27,6 +27,9 @@ from pathlib import Path
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE")
+# srun's words for a task ended by a signal -> the exit code DeepSpeed's launcher reports for it (-signal).
+SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Bus error": -7,
+           "Floating point exception": -8, "Hangup": -1, "Interrupt": -2, "User defined signal 1": -10}
 BAD_NODE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER")
 
 
@@ -105,7 +108,7 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def scontrol_job(job_id: str) -> dict:
-    rc, out, _ = run(["scontrol", "show", "job", "-o", job_id])
+    rc, out, _err = run(["scontrol", "show", "job", "-o", job_id])
     info = {}
     if rc == 0:
         import re
@@ -117,7 +120,7 @@ def scontrol_job(job_id: str) -> dict:
 
 
 def node_states(nodelist: str) -> dict:
-    rc, out, _ = run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%T|%E"])
+    rc, out, _err = run(["sinfo", "-h", "-N", "-n", nodelist, "-o", "%N|%T|%E"])
     states = {}
     if rc == 0:
         for line in out.splitlines():
@@ -145,7 +148,8 @@ def srun_failures(text: str) -> list:
     for line in text.splitlines():
         m = pat.search(line.strip())
         if m:
-            out.append((m.group(1), m.group(2), int(m.group(4)) if m.group(4) else None, m.group(3)))
+            code = int(m.group(4)) if m.group(4) else SIGNALS.get(m.group(3).strip())
+            out.append((m.group(1), m.group(2), code, m.group(3)))
     return out
 
 
@@ -159,13 +163,13 @@ class Job:
         self.info = {}
         self.stopping = None
 
-    def record(self, final=False) -> dict:
+    def record(self, final=False, tries=10) -> dict:
         rec = {"name": "slurm", "job_id": self.job_id, "state": self.info.get("JobState", self.state or "PENDING"),
                "exit_code": self.info.get("ExitCode"), "elapsed": self.info.get("RunTime"),
                "nodes": self.info.get("NodeList"), "partition": self.info.get("Partition"),
                "reason": self.info.get("Reason"), "source": "scontrol"}
         if final and self.job_id:
-            for _ in range(10):  # accounting is written a moment after the job ends
+            for _try in range(tries):  # accounting is written a moment after the job ends
                 rc, out, _err = run(["sacct", "-n", "-P", "-X", "-j", self.job_id, "-o",
                                      "JobID,JobName,Partition,State,ExitCode,Elapsed,NodeList,Start,End"])
                 rows = [line.split("|") for line in out.splitlines() if line.startswith(self.job_id + "|")]
@@ -190,6 +194,10 @@ class Job:
             run(["scancel", self.job_id])
 
     def on_signal(self, signum, _frame):
+        # The agent signals the process group and each of the run's processes: a second SIGTERM must not cut
+        # the scancel below short (subprocess.run kills its child when an exception reaches it).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
         self.cancel("the run was stopped (%s)" % signal.Signals(signum).name)
         raise KeyboardInterrupt
 
@@ -215,8 +223,9 @@ class Job:
             self.record()
             return self.follow()
         except KeyboardInterrupt:
-            self.wait_end(20)
-            self.record(final=True)
+            # The agent SIGKILLs what is left of the run a few seconds after its SIGTERM: be quick.
+            self.wait_end(2)
+            self.record(final=True, tries=1)
             return 143
 
     def wait_end(self, seconds: float) -> None:
@@ -229,6 +238,7 @@ class Job:
 
     def follow(self) -> int:
         last = None
+        seen_running = False
         while True:
             info = scontrol_job(self.job_id)
             if info:
@@ -241,12 +251,19 @@ class Job:
                                      (None, "", "None") else ""))
                 last = state
                 self.record()
-            if state == "RUNNING" and self.info.get("NodeList"):
-                down = [(n, s, r) for n, (s, r) in node_states(self.info["NodeList"]).items()
-                        if any(b in s for b in BAD_NODE)]
+            if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") and seen_running:
+                # A cluster that requeues jobs on a node failure would start the run again from scratch.
+                reason = "Slurm requeued job %s (%s)" % (self.job_id, self.info.get("Reason"))
+                say(reason)
+                down = self.down_nodes()
+                abort(self.run_dir, down[0][1] + "; " + reason if down else reason,
+                      host=down[0][0] if down else os.uname().nodename)
+                self.cancel(reason)
+            if state == "RUNNING":
+                seen_running = True
+                down = self.down_nodes()
                 if down:
-                    node, st, why = down[0]
-                    reason = "node %s is %s in Slurm%s" % (node, st, " (%s)" % why if why and why != "none" else "")
+                    node, reason = down[0]
                     say(reason)
                     abort(self.run_dir, reason, host=node)
                     self.cancel(reason)
@@ -255,6 +272,18 @@ class Job:
             time.sleep(self.poll)
         rec = self.record(final=True)
         return self.verdict(rec)
+
+    def down_nodes(self) -> list:
+        """[(node, "node N is DOWN in Slurm (reason)")] for the job's nodes that Slurm marks bad."""
+        nodelist = self.info.get("NodeList")
+        if nodelist in (None, "", "(null)"):
+            return []
+        out = []
+        for node, (state, why) in sorted(node_states(nodelist).items()):
+            if any(b in state for b in BAD_NODE):
+                detail = " (%s)" % why if why and why != "none" else ""
+                out.append((node, "node %s is %s in Slurm%s" % (node, state, detail)))
+        return out
 
     def local_rank(self, tasks: str) -> int:
         """The local rank of global rank ``tasks`` (its first, for a range) from the tasks file."""
@@ -270,12 +299,17 @@ class Job:
         code = str(rec.get("exit_code") or "0:0")
         failures = srun_failures(self.batch_output())
         say("job %s ended %s, exit code %s, elapsed %s" % (self.job_id, state, code, rec.get("elapsed")))
-        if state == "COMPLETED" and code.split(":")[0] == "0":
+        if state == "COMPLETED" and code.split(":", maxsplit=1)[0] == "0":
             return 0
-        if failures:
+        down = self.down_nodes() if state != "COMPLETED" else []
+        if down:
+            node, reason = down[0]
+            abort(self.run_dir, "%s; Slurm job %s ended %s" % (reason, self.job_id, state), host=node)
+        elif failures:
             node, tasks, exit_code, what = failures[0]
             reason = "rank %s on %s %s (Slurm job %s %s; srun --kill-on-bad-exit ended every rank)" % (
-                tasks, node, "exited with %d" % exit_code if exit_code is not None else what.lower(), self.job_id,
+                tasks, node, "exited with %d%s" % (exit_code, " (%s)" % what.lower() if exit_code < 0 else "")
+                if exit_code is not None else what.lower(), self.job_id,
                 state)
             abort(self.run_dir, reason, host=node, exit_code=exit_code, job_id=self.job_id)
             if exit_code is not None:
@@ -290,7 +324,7 @@ class Job:
             abort(self.run_dir, "Slurm job %s ended %s (exit code %s)%s" % (
                 self.job_id, state, code, ": %s" % self.stopping if self.stopping else ""))
         try:
-            first = int(code.split(":")[0])
+            first = int(code.split(":", maxsplit=1)[0])
         except ValueError:
             first = 1
         return first or 1

@@ -133,7 +133,7 @@ def render_conf(settings, controller, nodes):
         "SelectType=select/cons_tres",
         "SelectTypeParameters=%s" % settings.get("select_parameters", "CR_Core_Memory"),
         "SchedulerType=sched/backfill",
-        "ReturnToService=2",
+        "ReturnToService=1",
         "SlurmdTimeout=%s" % settings.get("slurmd_timeout", 60),
         "KillWait=%s" % settings.get("kill_wait", 10),
         "MpiDefault=none",
@@ -241,9 +241,9 @@ def partition_verdicts(rows, partition, nodes, controller):
             out.append({"check": "slurm partition", "host": node, "status": "pass",
                         "detail": "idle in partition %s" % partition, "fix": None})
         elif state in BAD_NODE_STATES or row["raw_state"].endswith("*"):
+            why = " (%s)" % row["reason"] if row["reason"] else ""
             out.append({"check": "slurm partition", "host": node, "status": "fail",
-                        "detail": "%s is %s in Slurm%s" % (node, row["raw_state"],
-                                                            " (%s)" % row["reason"] if row["reason"] else ""),
+                        "detail": "%s is %s in Slurm%s" % (node, row["raw_state"], why),
                         "fix": "look at slurmd on %s (/var/log/slurm/slurmd.log), then scontrol update "
                                "nodename=%s state=resume" % (node, node)})
         else:
@@ -292,6 +292,8 @@ def batch_script(job, options, rank_argv, names=None):
     head.append("--time=%s" % _time_limit(job["timeout"]))
     if options.get("exclusive", True):
         head.append("--exclusive")
+    # A run fails fast and is resumed on purpose (-e resume=true), never started again behind the user's back.
+    head.append("--no-requeue")
     head += ["--chdir=%s" % run_dir, "--output=%s/slurm/batch-%%j.out" % run_dir]
     head += list(options.get("extra") or [])
     srun = ["srun", "--kill-on-bad-exit=1", "--distribution=arbitrary", "--ntasks=%d" % job["world_size"],

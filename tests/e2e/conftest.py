@@ -64,8 +64,8 @@ def cluster():
 
 @pytest.fixture(scope="session")
 def provisioned(cluster):
-    """site.yml run once for the session (the idempotence test runs it again)."""
-    res = run_playbook("site.yml", name="site-first")
+    """site.yml run once for the session, with Slurm (the idempotence test runs it again)."""
+    res = run_playbook("site.yml", "-e", "slurm=true", name="site-first")
     assert res.rc == 0, res.tail()
     return res
 

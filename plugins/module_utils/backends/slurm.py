@@ -77,6 +77,6 @@ class SlurmBackend(backends.Backend):
         return job["backend_options"]["submit"]
 
     def handoff(self, job):
-        return ("The batch script is written: %s/%s (slurm_submit=false). Submit it with: sbatch %s/%s ; the run "
-                "writes its logs and metrics under %s." % (job["run_dir"], slurm.BATCH_SCRIPT, job["run_dir"],
-                                                          slurm.BATCH_SCRIPT, job["run_dir"]))
+        script = "%s/%s" % (job["run_dir"], slurm.BATCH_SCRIPT)
+        return ("The batch script is written: %s (slurm_submit=false). Submit it with: sbatch %s ; the run writes "
+                "its logs and metrics under %s." % (script, script, job["run_dir"]))

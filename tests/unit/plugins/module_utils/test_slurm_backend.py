@@ -60,7 +60,7 @@ def test_the_batch_script_asks_for_the_plans_nodes_tasks_time_and_exclusive_node
     script = job["launch"]["files"][slurm.BATCH_SCRIPT]
     opts = sbatch_options(script)
     assert opts == ["--job-name=mnds-r1", "--nodes=2", "--nodelist=worker1,worker2", "--ntasks=2",
-                    "--partition=batch", "--ntasks-per-node=1", "--time=1:30:00", "--exclusive",
+                    "--partition=batch", "--ntasks-per-node=1", "--time=1:30:00", "--exclusive", "--no-requeue",
                     "--chdir=/srv/multinode-deepspeed/runs/r1",
                     "--output=/srv/multinode-deepspeed/runs/r1/slurm/batch-%j.out"]
     assert script.startswith("#!/bin/bash\n")

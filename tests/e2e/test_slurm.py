@@ -1,0 +1,248 @@
+"""The slurm backend on a real slurmctld, slurmd and slurmdbd (issue 13): train, a user's script, a killed rank,
+Ctrl-C, the run's timeout, a node Slurm marks DOWN, and a batch script the user submits."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ("coord", "worker1", "worker2")
+
+
+def podman(*args, **kw):
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
+
+
+def on_coord(command):
+    return podman("exec", "mnds-coord", "sh", "-c", command)
+
+
+def run_processes(node, run_id):
+    script = ("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
+              f"grep -qx MULTINODE_DS_RUN_ID={run_id} && echo ${{p#/proc/}}; done; true")
+    return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split()
+
+
+def nothing_left(run_id, seconds=60):
+    left = {}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        left = dict((n, run_processes(n, run_id)) for n in NODES)
+        if not any(left.values()):
+            return {}
+        time.sleep(1)
+    return left
+
+
+def load_summary(run_id):
+    return json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
+
+
+def sacct_state(job_id, seconds=20):
+    """The job's state in Slurm's accounting (slurmdbd), once it has one that ends a job."""
+    state = ""
+    for _try in range(seconds):
+        state = on_coord(f"sacct -n -P -X -j {job_id} -o State").stdout.strip().split(" ")[0]
+        if state and state not in ("RUNNING", "PENDING", "COMPLETING"):
+            break
+        time.sleep(1)
+    return state
+
+
+def rank_step(run_id, rank=0):
+    res = on_coord(f"tail -n1 /shared/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
+    try:
+        return json.loads(res.stdout).get("step", 0)
+    except ValueError:
+        return 0
+
+
+def when_step(run_id, step, action, seconds=300):
+    """Run ``action`` once rank 0 reached ``step``; returns the time it ran, or None."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if rank_step(run_id) >= step:
+            action()
+            return time.time()
+        time.sleep(0.5)
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm(provisioned):
+    """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle."""
+    out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
+    assert sorted(out) == ["worker1|idle", "worker2|idle"], out
+    return provisioned
+
+
+def test_train_through_slurm_leaves_a_completed_job(slurm, run_playbook):
+    run_id = f"e2e-slurm-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=20", "-e", f"run_id={run_id}",
+                       "-e", "preflight=force", name="train-slurm")
+    assert res.rc == 0, res.tail()
+    summary = load_summary(run_id)
+    assert summary["status"] == "success", summary["problems"]
+    assert summary["backend"] == "slurm" and summary["world_size"] == 2
+    assert summary["hosts"] == {"worker1": [0], "worker2": [1]}
+    assert summary["last_loss"] < summary["first_loss"]
+    record = summary["scheduler"]
+    assert record["name"] == "slurm" and record["state"] == "COMPLETED" and record["exit_code"] == "0:0"
+    assert record["nodes"] == "worker[1-2]" and record["source"] == "sacct" and record["elapsed"]
+    assert sacct_state(record["job_id"]) == "COMPLETED"
+    run = ROOT / "runs" / run_id
+    assert sorted(p.name for p in (run / "logs").glob("*_rank*.log")) == ["slurm_rank0.log", "slurm_rank1.log"]
+    assert "#SBATCH --kill-on-bad-exit" not in (run / "slurm" / "job.sbatch").read_text()
+    assert "srun --kill-on-bad-exit=1" in (run / "slurm" / "job.sbatch").read_text()
+    # Preflight checked what Slurm needs, not SSH.
+    verdicts = json.loads((run / "preflight.json").read_text())["verdicts"]
+    munge = dict((v["host"], v["status"]) for v in verdicts if v["check"] == "slurm munge")
+    assert munge == {"coord": "pass", "worker1": "pass", "worker2": "pass"}
+    part = dict((v["host"], v["status"]) for v in verdicts if v["check"] == "slurm partition")
+    assert part == {"worker1": "pass", "worker2": "pass"}
+    assert [v["status"] for v in verdicts if v["check"] == "ssh"] == ["skip"]
+    assert nothing_left(run_id, 5) == {}
+
+
+def test_users_own_deepspeed_script_through_slurm(slurm, run_playbook):
+    script = (Path(__file__).parent / "files" / "user_ds_script.py").read_text()
+    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && cat > /shared/user/train_mlp.py",
+                 input=script)
+    assert res.returncode == 0, res.stderr
+    run_id = f"e2e-slurm-user-{int(time.time())}"
+    out = f"/shared/user/out-{run_id}"
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "entrypoint=/shared/user/train_mlp.py",
+                       "-e", f"args='--steps 6 --out {out}'", "-e", f"run_id={run_id}", "-e", "preflight=false",
+                       name="user-slurm")
+    assert res.rc == 0, res.tail()
+    summary = load_summary(run_id)
+    assert summary["status"] == "success", summary["problems"]
+    assert summary["scheduler"]["state"] == "COMPLETED"
+    done = on_coord(f"cat {out}/rank*.done").stdout.split("\n")
+    assert sorted(filter(None, done)) == ["worker1 2", "worker2 2"]
+    logs = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "logs").glob("*_rank*.log"))
+    assert "user-script rank 0/2 on worker1 step 6" in logs and "user-script rank 1/2 on worker2 step 6" in logs
+
+
+def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_playbook):
+    run_id = f"e2e-slurm-kill-{int(time.time())}"
+    killed = {}
+
+    def kill():
+        podman("exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train")
+
+    killer = threading.Thread(target=lambda: killed.setdefault("at", when_step(run_id, 5, kill)))
+    killer.start()
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                       "-e", "preflight=false", name="slurm-killed-rank")
+    ended = time.time()
+    killer.join()
+    assert killed.get("at"), "the run never reached step 5"
+    assert res.rc != 0
+    assert ended - killed["at"] < 60, f"the playbook ended {ended - killed['at']:.0f}s after the kill"
+    flat = " ".join(res.out.split())
+    assert "Failed first: rank 1 on worker2, exit code -9" in flat, res.tail()
+    assert "rank 1 on worker2 exited with -9 (SIGKILL)" in flat, res.tail()
+    summary = load_summary(run_id)
+    assert summary["abort"]["reason"].startswith("rank 1 on worker2 exited with -9 (killed) (Slurm job ")
+    assert "srun --kill-on-bad-exit ended every rank" in summary["abort"]["reason"]
+    assert summary["status"] == "failed" and summary["failure"]["rank"] == 1
+    assert summary["scheduler"]["state"] == "FAILED"
+    assert sacct_state(summary["scheduler"]["job_id"]) == "FAILED"
+    assert nothing_left(run_id) == {}
+
+
+def _playbook(args, name):
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
+               PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "w")
+    proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, out, log
+
+
+def test_ctrl_c_cancels_the_slurm_job(slurm):
+    run_id = f"e2e-slurm-ctrlc-{int(time.time())}"
+    proc, out, log = _playbook(["-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                                "-e", "preflight=false"], "slurm-ctrl-c")
+    try:
+        interrupted = when_step(run_id, 3, lambda: os.killpg(proc.pid, signal.SIGINT))
+        assert interrupted, "the run never started"
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    assert proc.returncode != 0
+    assert nothing_left(run_id) == {}, "the run's processes outlived Ctrl-C"
+    print(f"every node stopped {time.time() - interrupted:.0f}s after Ctrl-C")
+    record = json.loads(on_coord(f"cat /shared/runs/{run_id}/scheduler.json").stdout)
+    assert sacct_state(record["job_id"]) == "CANCELLED"
+    assert on_coord(f"squeue -h -j {record['job_id']}").stdout.strip() == ""
+    assert "scancel %s" % record["job_id"] in on_coord(f"cat /shared/runs/{run_id}/nodes/coord.launcher.log").stdout
+
+
+def test_the_runs_timeout_cancels_the_slurm_job(slurm, run_playbook):
+    run_id = f"e2e-slurm-timeout-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", "timeout=40",
+                       "-e", f"run_id={run_id}", "-e", "preflight=false", name="slurm-timeout")
+    assert res.rc != 0
+    assert "timeout of 40s" in " ".join(res.out.split()), res.tail()
+    summary = load_summary(run_id)
+    assert sacct_state(summary["scheduler"]["job_id"]) == "CANCELLED"
+    assert nothing_left(run_id) == {}
+
+
+def test_a_node_slurm_marks_down_is_named_as_the_cause(slurm, run_playbook):
+    run_id = f"e2e-slurm-down-{int(time.time())}"
+
+    def down():
+        on_coord("scontrol update nodename=worker2 state=down reason=e2e-maintenance")
+
+    try:
+        downed = {}
+        t = threading.Thread(target=lambda: downed.setdefault("at", when_step(run_id, 3, down)))
+        t.start()
+        res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                           "-e", "preflight=false", name="slurm-node-down")
+        ended = time.time()
+        t.join()
+    finally:
+        on_coord("scontrol update nodename=worker2 state=resume")
+    assert downed.get("at") and res.rc != 0
+    assert ended - downed["at"] < 60
+    flat = " ".join(res.out.split())
+    assert "node worker2 is DOWN" in flat and "e2e-maintenance" in flat, res.tail()
+    assert nothing_left(run_id) == {}
+    for _try in range(30):
+        if sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split()) == ["worker1|idle", "worker2|idle"]:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("worker2 did not come back idle")
+
+
+def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_playbook):
+    run_id = f"e2e-slurm-script-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "slurm_submit=false", "-e", "steps=8",
+                       "-e", f"run_id={run_id}", "-e", "preflight=false", name="slurm-submit-false")
+    assert res.rc == 0, res.tail()
+    script = f"/shared/runs/{run_id}/slurm/job.sbatch"  # the local inventory's shared_dir_path
+    assert f"Submit it with: sbatch {script}" in " ".join(res.out.split())
+    assert on_coord(f"sacct -n -X --name=mnds-{run_id} -o JobID").stdout.strip() == ""
+    job_id = on_coord(f"sbatch --parsable {script}").stdout.strip()
+    assert job_id.isdigit()
+    assert sacct_state(job_id, 120) == "COMPLETED"
+    steps = on_coord(f"grep -c '\"event\": \"step\"' /shared/runs/{run_id}/metrics/rank1.jsonl").stdout.strip()
+    assert steps == "8"

@@ -1,0 +1,71 @@
+"""multinode_ds/slurm.py: a rank's variables from srun's, the program as DeepSpeed's launch.py starts it, and
+how the job's end is read (srun's own lines, recorded in the run's ABORT)."""
+import json
+from pathlib import Path
+
+from multinode_ds import slurm
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+
+
+def test_local_size_from_slurms_tasks_per_node():
+    assert slurm.local_size("2(x3),1", 0) == 2 and slurm.local_size("2(x3),1", 3) == 1
+    assert slurm.local_size("4", 0) == 4
+
+
+def test_rank_variables_from_sruns():
+    env = slurm.rank_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+                          "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500)
+    assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_SIZE": "2", "CROSS_RANK": "1",
+                   "CROSS_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_program_started_as_deepspeeds_launch_py_does():
+    assert slurm.program_argv("/v/python", ["--module", "multinode_ds.train", "--steps", "3"], "1") == [
+        "/v/python", "-u", "-m", "multinode_ds.train", "--local_rank=1", "--steps", "3"]
+    assert slurm.program_argv("/v/python", ["/shared/my.py", "--x"], "0") == [
+        "/v/python", "-u", "/shared/my.py", "--local_rank=0", "--x"]
+
+
+def test_sruns_lines_on_failed_tasks():
+    assert slurm.srun_failures((FIXTURES / "batch-killed.out").read_text()) == [
+        ("worker2", "1", -9, "Killed"), ("worker1", "0", -15, "Terminated")]
+    assert slurm.srun_failures((FIXTURES / "batch-exit3.out").read_text())[0] == (
+        "worker4", "4-5", 3, "Exited with exit code 3")
+
+
+def make_job(tmp_path, batch, tasks="worker1\nworker1\nworker2\nworker2\nworker4\nworker4\n"):
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "control").mkdir()
+    (tmp_path / "slurm" / "tasks").write_text(tasks)
+    (tmp_path / "slurm" / "batch-7.out").write_text((FIXTURES / batch).read_text())
+    job = slurm.Job(slurm.parse_args(["job", "--run-dir", str(tmp_path)]))
+    job.job_id = "7"
+    job.down_nodes = lambda: []
+    return job
+
+
+def test_a_failed_rank_is_the_runs_abort_with_its_node_rank_and_code(tmp_path, capsys):
+    job = make_job(tmp_path, "batch-exit3.out")
+    assert job.verdict({"state": "FAILED", "exit_code": "3:0", "elapsed": "00:00:09"}) == 3
+    abort = json.loads((tmp_path / "control" / "ABORT").read_text())
+    assert abort["host"] == "worker4" and abort["exit_code"] == 3
+    assert abort["reason"] == ("rank 4-5 on worker4 exited with 3 (Slurm job 7 FAILED; srun --kill-on-bad-exit "
+                               "ended every rank)")
+    # DeepSpeed's launcher's line, with the local rank from the tasks file: what the run's diagnosis reads.
+    assert "worker4: rank 4-5 (--local_rank=0) exits with return code = 3" in capsys.readouterr().out
+
+
+def test_a_node_slurm_marks_down_is_the_cause(tmp_path):
+    job = make_job(tmp_path, "batch-killed.out")
+    job.down_nodes = lambda: [("worker2", "node worker2 is DOWN in Slurm (e2e-maintenance)")]
+    assert job.verdict({"state": "NODE_FAIL", "exit_code": "0:0"}) == 1
+    abort = json.loads((tmp_path / "control" / "ABORT").read_text())
+    assert abort["host"] == "worker2"
+    assert abort["reason"] == "node worker2 is DOWN in Slurm (e2e-maintenance); Slurm job 7 ended NODE_FAIL"
+
+
+def test_a_completed_job_is_success_and_writes_no_abort(tmp_path):
+    job = make_job(tmp_path, "batch-killed.out")
+    assert job.verdict({"state": "COMPLETED", "exit_code": "0:0"}) == 0
+    assert not (tmp_path / "control" / "ABORT").exists()
