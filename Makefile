@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm
 
 setup:
 	@scripts/setup
@@ -46,5 +46,8 @@ test: setup
 	@scripts/test
 
 # Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=5 by default: three rounds are too few on this 2-core machine).
+bench-slurm:
+	$(BIN)/python scripts/bench_launch.py --slurm --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch-slurm.json
+
 bench-launch:
 	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)

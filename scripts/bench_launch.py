@@ -14,6 +14,15 @@ one rank each):
   force      ansible-playbook train.yml -e preflight=force (the full preflight, every time)
   mitogen    (with --mitogen DIR) no-pf under Mitogen's mitogen_linear strategy
 
+With --slurm (a cluster provisioned with site.yml -e slurm=true), instead:
+
+  srun       on the coordinator: srun --nodes=2 --ntasks-per-node=1 --exclusive --kill-on-bad-exit=1
+             bash -c '<RANK... from SLURM_*>; python -u -m multinode_ds.train ...', with the same
+             .deepspeed_env: what a Slurm user would type
+  slurm      ansible-playbook train.yml -e backend=slurm -e preflight=false
+  slurm-pf   ansible-playbook train.yml -e backend=slurm (the preflight reused; the first round's
+             run records one)
+
 For each: seconds from the command's start to rank 0's first finished step (the time in its
 first step record, metrics/rank0.jsonl; the nodes share this machine's clock), and the whole
 command's wall time.  Prints the medians and their ratios to bare, and writes them as JSON.
@@ -104,6 +113,37 @@ def bare(run_id: str, steps: int, model: str) -> dict:
     return {"first_step_s": first - t0, "wall_s": wall}
 
 
+def srun(run_id: str, steps: int, model: str) -> dict:
+    """Slurm's srun by hand on the coordinator, the ranks' variables from SLURM_*, the same environment."""
+    hosts = workers()
+    run_dir = f"{SHARED}/runs/{run_id}"
+    podman_exec(COORD, f"mkdir -p {run_dir} && grep -E '^[A-Za-z_][A-Za-z0-9_]*=' "
+                       f"/etc/multinode-deepspeed/deepspeed_env > {run_dir}/.deepspeed_env || true")
+    rank = ("set -a; . ./.deepspeed_env; DS_ACCELERATOR=cpu PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1 "
+            "TORCH_EXTENSIONS_DIR=/opt/multinode-deepspeed/torch_extensions RANK=$SLURM_PROCID "
+            f"PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+            "LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS "
+            f"MASTER_ADDR={hosts[0][1]} MASTER_PORT=29500; exec {VENV}/bin/python -u -m multinode_ds.train "
+            f"--local_rank=$SLURM_LOCALID --model {shlex.quote(model)} --run-dir {run_dir} --steps {int(steps)} "
+            f"--checkpoint-dir {run_dir}/checkpoints")
+    cmd = (f"cd {run_dir} && srun --nodes={len(hosts)} --ntasks-per-node=1 --nodelist="
+           f"{','.join(h[0] for h in hosts)} --exclusive --kill-on-bad-exit=1 --job-name=bench-srun "
+           f"bash -c {shlex.quote(rank)} > {run_dir}/srun.log 2>&1")
+    try:
+        t0 = time.time()
+        res = podman_exec(COORD, cmd, check=False)
+        wall = time.time() - t0
+        if res.returncode != 0:
+            log = podman_exec(COORD, f"tail -20 {run_dir}/srun.log", check=False).stdout
+            raise SystemExit(f"[bench-launch] srun failed (rc={res.returncode}):\n{log}")
+        first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
+    finally:
+        podman_exec(COORD, f"rm -rf {run_dir}", check=False)
+    if first is None:
+        raise SystemExit("[bench-launch] srun finished without a step record from rank 0")
+    return {"first_step_s": first - t0, "wall_s": wall}
+
+
 def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:
     argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
             "-e", f"run_id={run_id}", *extra]
@@ -133,6 +173,8 @@ def main(argv=None) -> int:
     p.add_argument("--mitogen", metavar="DIR",
                    help="also run train.yml -e preflight=false under Mitogen's strategy (kind 'mitogen'), from an "
                         "unpacked mitogen wheel in DIR (pip download mitogen; unzip)")
+    p.add_argument("--slurm", action="store_true",
+                   help="the slurm backend against srun by hand (kinds srun, slurm, slurm-pf)")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         p.error("--rounds and --steps must be at least 1")
@@ -142,6 +184,11 @@ def main(argv=None) -> int:
              "force": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=force"]),
              "train": lambda rid: playbook(rid, args.steps, args.model, []),
              "no-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"])}
+    if args.slurm:
+        kinds = {"srun": lambda rid: srun(rid, args.steps, args.model),
+                 "slurm": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm",
+                                                                             "-e", "preflight=false"]),
+                 "slurm-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm"])}
     if args.mitogen:
         kinds["mitogen"] = lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"],
                                                 mitogen=args.mitogen)
@@ -153,24 +200,25 @@ def main(argv=None) -> int:
             results[kind].append(res)
             print(f"round {rnd} {kind:6s} first step {res['first_step_s']:6.1f} s   whole command "
                   f"{res['wall_s']:6.1f} s", flush=True)
+    base = next(iter(kinds))
     med = dict((k, {m: statistics.median(r[m] for r in v) for m in ("first_step_s", "wall_s")})
                for k, v in results.items())
     print(f"\nmedians over {args.rounds} rounds ({args.model}, {args.steps} steps, {len(workers())} workers):")
     print(f"{'':8s}{'first step (s)':>16s}{'ratio':>8s}{'whole (s)':>12s}{'ratio':>8s}")
     for kind, m in med.items():
-        print(f"{kind:8s}{m['first_step_s']:16.1f}{m['first_step_s'] / med['bare']['first_step_s']:8.2f}"
-              f"{m['wall_s']:12.1f}{m['wall_s'] / med['bare']['wall_s']:8.2f}")
+        print(f"{kind:8s}{m['first_step_s']:16.1f}{m['first_step_s'] / med[base]['first_step_s']:8.2f}"
+              f"{m['wall_s']:12.1f}{m['wall_s'] / med[base]['wall_s']:8.2f}")
     # Each run against the bare run of its own round: the machine's drift between rounds cancels out.
-    paired = dict((k, {m: statistics.median(r[m] / b[m] for r, b in zip(v, results["bare"]))
+    paired = dict((k, {m: statistics.median(r[m] / b[m] for r, b in zip(v, results[base]))
                        for m in ("first_step_s", "wall_s")}) for k, v in results.items())
-    print("\nmedian of the per-round ratios (each run / the same round's bare run):")
+    print(f"\nmedian of the per-round ratios (each run / the same round's {base} run):")
     print(f"{'':8s}{'first step':>16s}{'whole':>20s}")
     for kind, m in paired.items():
         print(f"{kind:8s}{m['first_step_s']:16.2f}{m['wall_s']:20.2f}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rounds": results, "medians": med, "model": args.model, "steps": args.steps,
-                               "ratios": dict((k, {m: v[m] / med["bare"][m] for m in v}) for k, v in med.items()),
+                               "ratios": dict((k, {m: v[m] / med[base][m] for m in v}) for k, v in med.items()), "baseline": base,
                                "paired_ratios": paired},
                               indent=2) + "\n")
     print(f"\n{out}")

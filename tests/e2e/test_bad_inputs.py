@@ -51,6 +51,11 @@ CASES = [
       "Preflight failed"]),
     ("port-in-use-no-preflight", ["master_port=29611", "preflight=false"], None,
      ["master_port=29611 is already in use on worker1", "-e master_port=<a free port>"]),
+    ("slurm-bad-partition-name", ["backend=slurm", "slurm_partition=gpu;reboot"], None,
+     ["slurm_partition='gpu;reboot' is not a Slurm name", "Fix: -e slurm_partition=<name>"]),
+    # Preflight asks Slurm itself (sinfo on the coordinator).
+    ("slurm-unknown-partition", ["backend=slurm", "slurm_partition=a100"], None,
+     ["partition a100 does not exist (sinfo shows gpu)", "-e slurm_partition=<one of gpu>", "Preflight failed"]),
 ]
 
 
@@ -99,6 +104,11 @@ SITE_CASES = [
      ["host worker2: nccl_profile=rdma is not a profile", "Fix: set nccl_profile for worker2"]),
     ("nfs-server-not-in-inventory", ["shared_dir_provider=nfs", "nfs_server_host=nfs9"], None,
      ["nfs_server_host=nfs9 is not a host of this inventory", "Fix: set nfs_server_host"]),
+    ("slurm-partition-node-not-a-worker", ["slurm=true", '{"slurm_partition_nodes": ["worker1", "worker9"]}'], None,
+     ["slurm_partition_nodes lists worker9, which is not a worker of this inventory",
+      "Fix: add worker9 to the workers group"]),
+    ("slurm-cluster-name", ["slurm=true", "slurm_cluster_name=BigCluster"], None,
+     ["slurm_cluster_name='BigCluster'", "Fix: -e slurm_cluster_name=<such a name>"]),
     ("torch-pin-driver-too-old", ["stack_torch_version=2.13.0"], ("worker2", "deepspeed_accelerator: cuda"),
      ["worker2: stack_torch_version 2.13.0 needs driver >= 560.28.03", "535.183.01",
       "Fix: upgrade the NVIDIA driver on worker2"]),

@@ -195,10 +195,10 @@ def test_ctrl_c_cancels_the_slurm_job(slurm):
 
 def test_the_runs_timeout_cancels_the_slurm_job(slurm, run_playbook):
     run_id = f"e2e-slurm-timeout-{int(time.time())}"
-    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", "timeout=40",
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", "timeout=20",
                        "-e", f"run_id={run_id}", "-e", "preflight=false", name="slurm-timeout")
     assert res.rc != 0
-    assert "timeout of 40s" in " ".join(res.out.split()), res.tail()
+    assert "timeout of 20s" in " ".join(res.out.split()), res.tail()
     summary = load_summary(run_id)
     assert sacct_state(summary["scheduler"]["job_id"]) == "CANCELLED"
     assert nothing_left(run_id) == {}
