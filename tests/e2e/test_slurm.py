@@ -77,9 +77,15 @@ def when_step(run_id, step, action, seconds=300):
 
 
 @pytest.fixture(scope="module")
-def slurm(provisioned):
-    """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle."""
+def slurm(provisioned, run_playbook):
+    """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle.  A node that an
+    earlier test restarted has no init system to start munge and slurmd again: site.yml -e slurm=true does, as
+    it would after a real node's repair."""
     out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
+    if sorted(out) != ["worker1|idle", "worker2|idle"]:
+        res = run_playbook("site.yml", "-e", "slurm=true", name="site-slurm-again")
+        assert res.rc == 0, res.tail()
+        out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
     assert sorted(out) == ["worker1|idle", "worker2|idle"], out
     return provisioned
 
