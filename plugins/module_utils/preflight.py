@@ -838,8 +838,8 @@ def check_settings(settings):
 def reuse_key(job, nodevars, settings=None):
     """What a preflight checked, as one hash: a passing preflight stands while it is the same.
 
-    The job's layout (rank nodes and slots, master, port, backend, accelerator, the ranks'
-    environment but for the run's own id and directory), every node's inventory address and
+    The job's layout (rank nodes and slots, master, port, backend and its options (a Slurm partition),
+    accelerator, the ranks' environment but for the run's own id and directory), every node's inventory address and
     addresses, every node's stack fingerprint (module node_facts: any changed package changes it),
     and the preflight's own settings.  A new run id, model or step count keeps it."""
     nodes = list(job["coordinators"]) + [h for h in job["rank_hosts"] if h not in job["coordinators"]]
@@ -851,7 +851,8 @@ def reuse_key(job, nodevars, settings=None):
                           "stack": node.get("stack_fingerprint"), "gpus": (hv.get("multinode_accelerators") or {})
                           .get("count"), "hosts_file": flag(hv.get("cluster_hosts_file", True))}
     doc = {"slots": job["slots"], "master": job["master"], "master_addr": job["master_addr"],
-           "master_port": job["master_port"], "backend": job["backend"], "accelerator": job["accelerator"],
+           "master_port": job["master_port"], "backend": job["backend"],
+           "backend_options": job.get("backend_options") or {}, "accelerator": job["accelerator"],
            "env": dict((k, v) for k, v in job["env"].items() if k not in RUN_ONLY_ENV),
            "shared_dir": job["shared_dir"], "home": job["home"], "nodes": per_node,
            "settings": dict((k, v) for k, v in (settings or {}).items() if v not in (None, ""))}

@@ -36,6 +36,10 @@ options:
     description: Fail when a verdict fails.
     type: bool
     default: false
+  controller:
+    description: The name the verdicts give the node this runs on (the coordinator) when they are about Slurm itself.
+    type: str
+    default: the coordinator
 author:
   - multinode.deepspeed developers (@multinode)
 """
@@ -95,14 +99,15 @@ def main():
     module = AnsibleModule(argument_spec=dict(partition=dict(type="str"),
                                               nodes=dict(type="list", elements="str", default=[]),
                                               wait=dict(type="int", default=0),
-                                              fail=dict(type="bool", default=False)),
+                                              fail=dict(type="bool", default=False),
+                                              controller=dict(type="str", default="the coordinator")),
                            supports_check_mode=True)
     p = module.params
     if module.get_bin_path("sinfo") is None:
         module.fail_json(msg="sinfo is not installed on this node, so it cannot reach Slurm. Fix: install "
                              "slurm-client here (site.yml -e slurm=true), or run from a node that has it")
     deadline = time.time() + max(0, p["wait"])
-    host = "the coordinator"
+    host = p["controller"]
     while True:
         version, ping, rows, error = read(module)
         verdicts = []

@@ -54,8 +54,9 @@ CASES = [
     ("slurm-bad-partition-name", ["backend=slurm", "slurm_partition=gpu;reboot"], None,
      ["slurm_partition='gpu;reboot' is not a Slurm name", "Fix: -e slurm_partition=<name>"]),
     # Preflight asks Slurm itself (sinfo on the coordinator).
-    ("slurm-unknown-partition", ["backend=slurm", "slurm_partition=a100"], None,
-     ["partition a100 does not exist (sinfo shows gpu)", "-e slurm_partition=<one of gpu>", "Preflight failed"]),
+    ("slurm-unknown-partition", ["backend=slurm", "slurm_partition=a100", "preflight_bandwidth=false"], None,
+     ["slurm partition on coord: partition a100 does not exist (sinfo shows gpu)", "-e slurm_partition=<one of gpu>",
+      "Preflight failed"]),
 ]
 
 

@@ -126,3 +126,9 @@ def test_bad_slurm_settings_fail_the_plan_naming_the_variable(settings, needle):
 def test_other_backends_write_no_extra_files_and_start():
     job = plan({"run_id": "r1"}, workers(), ["coord"], NOW)
     assert job["launch"]["files"] == {} and job["launch"]["start"] is True and job["launch"]["checks"] is None
+
+
+def test_another_partition_is_another_preflight():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import reuse_key
+    assert reuse_key(slurm_job(), {}) != reuse_key(slurm_job({"slurm_partition": "a100"}), {})
+    assert reuse_key(slurm_job(), {}) == reuse_key(slurm_job({"run_id": "r2"}), {})
