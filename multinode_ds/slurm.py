@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,7 +31,6 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 # srun's words for a task ended by a signal -> the exit code DeepSpeed's launcher reports for it (-signal).
 SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Bus error": -7,
            "Floating point exception": -8, "Hangup": -1, "Interrupt": -2, "User defined signal 1": -10}
-BAD_NODE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "POWER")
 
 
 def read_env_file(path: Path) -> dict:
@@ -57,13 +57,21 @@ def local_size(tasks_per_node: str, node_id: int) -> int:
     return counts[node_id] if node_id < len(counts) else 1
 
 
-def rank_env(slurm: dict, master_addr: str, master_port: str) -> dict:
+def rank_env(slurm: dict, master_addr: str, master_port: str, tasks=None) -> dict:
+    """What DeepSpeed's launcher gives a rank, from srun's variables.  With ``tasks`` (the run's tasks file: the
+    node of each rank, in the plan's order), the node's position and rank count come from it: srun's
+    SLURM_NODEID follows slurm.conf's order of the nodes, not the plan's."""
+    rank = int(slurm["SLURM_PROCID"])
     node_id = int(slurm.get("SLURM_NODEID", "0"))
+    local = str(local_size(slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE") or "1",
+                           node_id))
+    cross, cross_size = str(node_id), slurm.get("SLURM_STEP_NUM_NODES") or slurm.get("SLURM_NNODES", "1")
+    if tasks and rank < len(tasks):
+        nodes = list(dict.fromkeys(tasks))
+        cross, cross_size, local = str(nodes.index(tasks[rank])), str(len(nodes)), str(tasks.count(tasks[rank]))
     return {
         "RANK": slurm["SLURM_PROCID"], "WORLD_SIZE": slurm["SLURM_NTASKS"], "LOCAL_RANK": slurm["SLURM_LOCALID"],
-        "LOCAL_SIZE": str(local_size(slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE")
-                                     or "1", node_id)),
-        "CROSS_RANK": str(node_id), "CROSS_SIZE": slurm.get("SLURM_STEP_NUM_NODES") or slurm.get("SLURM_NNODES", "1"),
+        "LOCAL_SIZE": local, "CROSS_RANK": cross, "CROSS_SIZE": cross_size,
         "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
     }
 
@@ -79,7 +87,11 @@ def program_argv(python: str, program: list, local_rank: str) -> list:
 def rank_main(args) -> int:
     env = dict(os.environ)
     env.update(read_env_file(Path(args.run_dir) / ".deepspeed_env"))
-    env.update(rank_env(os.environ, args.master_addr, args.master_port))
+    try:
+        tasks = (Path(args.run_dir) / "slurm" / "tasks").read_text().split()
+    except OSError:
+        tasks = None
+    env.update(rank_env(os.environ, args.master_addr, args.master_port, tasks))
     argv = program_argv(sys.executable, args.program, env["LOCAL_RANK"])
     os.chdir(args.run_dir)
     os.execvpe(argv[0], argv, env)
@@ -88,13 +100,30 @@ def rank_main(args) -> int:
 
 # --------------------------------------------------------------------------- the job
 
-def run(argv, timeout=30):
+MARKER = "MULTINODE_DS_RUN_ID"
+# Reasons a PENDING job will not start by waiting (a requested node is DOWN or DRAINED, the partition is down).
+UNSATISFIABLE = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "PartitionNodeLimit",
+                 "BadConstraints", "PartitionConfig", "InvalidAccount", "InvalidQOS")
+
+
+def run(argv, timeout=30, detached=False):
+    """A Slurm command.  ``detached``: in a session of its own and without the run's marker, so that the agent
+    stopping the run's processes (by process group and by marker) does not cut it short."""
+    env = None
+    if detached:
+        env = dict((k, v) for k, v in os.environ.items() if k != MARKER)
     try:
-        res = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout,
-                             check=False)
-        return res.returncode, res.stdout, res.stderr
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=detached)
+    except OSError as exc:
         return 1, "", str(exc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        if not detached:
+            proc.kill()
+        return 1, "", "%s did not answer within %ss" % (argv[0], timeout)
 
 
 def say(msg: str) -> None:
@@ -107,16 +136,28 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def scontrol_job(job_id: str) -> dict:
-    rc, out, _err = run(["scontrol", "show", "job", "-o", job_id])
+def parse_scontrol(text: str) -> dict:
     info = {}
-    if rc == 0:
-        import re
-        for token in re.split(r"\s+(?=[A-Za-z:/]+=)", out.strip()):
-            key, sep, value = token.partition("=")
-            if sep:
-                info[key] = value
+    for token in re.split(r"\s+(?=[A-Za-z:/]+=)", (text or "").strip()):
+        key, sep, value = token.partition("=")
+        if sep:
+            info[key] = value
     return info
+
+
+def scontrol_job(job_id: str):
+    """(the job's Key=Value record, or {}; whether Slurm no longer knows the job)."""
+    rc, out, err = run(["scontrol", "show", "job", "-o", job_id])
+    if rc == 0:
+        return parse_scontrol(out), False
+    return {}, "Invalid job id" in (err or "")
+
+
+def bad_node_state(state: str) -> bool:
+    """sinfo's %T: DOWN or FAIL, or a '*' suffix (not responding).  Not DRAIN, DRAINING or FAILING: running jobs
+    are meant to finish there."""
+    base = re.sub(r"[*~#!%$@^+-]+$", "", state.strip()).lower()
+    return base in ("down", "fail") or state.strip().endswith("*")
 
 
 def node_states(nodelist: str) -> dict:
@@ -126,11 +167,11 @@ def node_states(nodelist: str) -> dict:
         for line in out.splitlines():
             parts = line.split("|")
             if len(parts) >= 2:
-                states[parts[0]] = (parts[1].upper(), parts[2] if len(parts) > 2 else "")
+                states[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
     return states
 
 
-def abort(run_dir: Path, reason: str, **extra) -> None:
+def abort(run_dir: Path, reason: str, host: str, **extra) -> None:
     """The run's ABORT record (first writer wins), as the agents write it."""
     path = run_dir / "control" / "ABORT"
     try:
@@ -138,35 +179,55 @@ def abort(run_dir: Path, reason: str, **extra) -> None:
     except FileExistsError:
         return
     with os.fdopen(fd, "w") as fh:
-        json.dump(dict(reason=reason, host=extra.pop("host", os.uname().nodename), time=time.time(), **extra), fh)
+        json.dump(dict(reason=reason, host=host, time=time.time(), **extra), fh)
 
 
 def srun_failures(text: str) -> list:
-    import re
+    """srun's lines on failed tasks, the cause first: [(node, tasks, exit code or None, what)].  Lines after
+    srun's "Terminating StepId" (the tasks --kill-on-bad-exit ended) come after every line before it."""
     pat = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (Exited with exit code (\d+)|.*)$")
-    out = []
+    first, then = [], []
+    seen_stop = False
     for line in text.splitlines():
+        if "Terminating StepId" in line or "Force Terminated" in line:
+            seen_stop = True
         m = pat.search(line.strip())
         if m:
             code = int(m.group(4)) if m.group(4) else SIGNALS.get(m.group(3).strip())
-            out.append((m.group(1), m.group(2), code, m.group(3)))
-    return out
+            (then if seen_stop else first).append((m.group(1), m.group(2), code, m.group(3)))
+    return first + then
+
+
+def node_failures(text: str) -> list:
+    """srun's "Node failure on X" lines -> [X]."""
+    return re.findall(r"srun: error: Node failure on (\S+)", text)
 
 
 class Job:
     def __init__(self, args):
         self.run_dir = Path(args.run_dir)
         self.script = self.run_dir / "slurm" / "job.sbatch"
+        self.host = args.host or os.uname().nodename
         self.poll = args.poll
         self.job_id = None
         self.state = None
         self.info = {}
+        self.nodelist = None
         self.stopping = None
+        self.submitting = False
+        try:
+            self.names = json.loads((self.run_dir / "slurm" / "names.json").read_text())
+        except (OSError, ValueError):
+            self.names = {}
+
+    def name(self, node: str) -> str:
+        """The inventory's name for a Slurm node (the batch script uses Slurm's)."""
+        return self.names.get(node, node)
 
     def record(self, final=False, tries=10) -> dict:
         rec = {"name": "slurm", "job_id": self.job_id, "state": self.info.get("JobState", self.state or "PENDING"),
                "exit_code": self.info.get("ExitCode"), "elapsed": self.info.get("RunTime"),
-               "nodes": self.info.get("NodeList"), "partition": self.info.get("Partition"),
+               "nodes": self.info.get("NodeList") or self.nodelist, "partition": self.info.get("Partition"),
                "reason": self.info.get("Reason"), "source": "scontrol"}
         if final and self.job_id:
             for _try in range(tries):  # accounting is written a moment after the job ends
@@ -186,19 +247,23 @@ class Job:
         return rec
 
     def cancel(self, why: str) -> None:
-        if self.stopping:
-            return
-        self.stopping = why
-        if self.job_id:
+        """scancel, detached from the run (the agent's SIGKILL of the run's processes does not stop it)."""
+        if self.job_id and not getattr(self, "cancelled", False):
+            self.cancelled = True
             say("scancel %s: %s" % (self.job_id, why))
-            run(["scancel", self.job_id])
+            run(["scancel", self.job_id], timeout=5, detached=True)
+        self.stopping = self.stopping or why
 
     def on_signal(self, signum, _frame):
         # The agent signals the process group and each of the run's processes: a second SIGTERM must not cut
-        # the scancel below short (subprocess.run kills its child when an exception reaches it).
+        # the scancel short.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)
-        self.cancel("the run was stopped (%s)" % signal.Signals(signum).name)
+        why = "the run was stopped (%s)" % signal.Signals(signum).name
+        if self.submitting:
+            self.stopping = why  # sbatch is answering: its job id is cancelled as soon as it comes
+            return
+        self.cancel(why)
         raise KeyboardInterrupt
 
     def batch_output(self) -> str:
@@ -208,81 +273,101 @@ class Job:
         except OSError:
             return ""
 
+    def fail(self, reason: str, node: str = None, **extra) -> None:
+        abort(self.run_dir, reason, self.name(node) if node else self.host, job_id=self.job_id, **extra)
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         try:
-            rc, out, err = run(["sbatch", "--parsable", str(self.script)], timeout=60)
+            self.submitting = True
+            rc, out, err = run(["sbatch", "--parsable", str(self.script)], timeout=60, detached=True)
+            self.submitting = False
             if rc != 0:
                 why = (err or out).strip().splitlines()[-1:] or ["exit code %d" % rc]
                 say("sbatch failed: %s" % why[0])
-                abort(self.run_dir, "sbatch refused the job: %s" % why[0])
+                self.fail("sbatch refused the job: %s" % why[0])
                 return rc or 1
             self.job_id = out.strip().split(";")[0]
             say("submitted batch job %s" % self.job_id)
+            if self.stopping:
+                self.cancel(self.stopping)
+                raise KeyboardInterrupt
             self.record()
             return self.follow()
         except KeyboardInterrupt:
             # The agent SIGKILLs what is left of the run a few seconds after its SIGTERM: be quick.
-            self.wait_end(2)
+            self.wait_end(1.5)
             self.record(final=True, tries=1)
             return 143
 
     def wait_end(self, seconds: float) -> None:
         deadline = time.time() + seconds
         while self.job_id and time.time() < deadline:
-            self.info = scontrol_job(self.job_id) or self.info
-            if self.info.get("JobState") in TERMINAL or not self.info:
+            info, gone = scontrol_job(self.job_id)
+            self.info = info or self.info
+            if gone or self.info.get("JobState") in TERMINAL:
                 return
-            time.sleep(1)
+            time.sleep(0.5)
 
     def follow(self) -> int:
         last = None
         seen_running = False
         while True:
-            info = scontrol_job(self.job_id)
+            info, gone = scontrol_job(self.job_id)
             if info:
                 self.info = info
+                if info.get("NodeList") not in (None, "", "(null)"):
+                    self.nodelist = info["NodeList"]
+            elif gone:
+                # Slurm forgot the job (MinJobAge passed while it was not answering): accounting has the end.
+                self.info["JobState"] = "UNKNOWN"
+                break
             state = self.info.get("JobState", "UNKNOWN")
+            reason = self.info.get("Reason")
             if state != last:
-                say("job %s %s%s" % (self.job_id, state, " on %s" % self.info.get("NodeList")
-                                     if self.info.get("NodeList") not in (None, "", "(null)") else
-                                     " (%s)" % self.info.get("Reason") if self.info.get("Reason") not in
-                                     (None, "", "None") else ""))
+                where = (" on %s" % self.nodelist if state == "RUNNING" and self.nodelist else
+                         " (%s)" % reason if reason not in (None, "", "None") else "")
+                say("job %s %s%s" % (self.job_id, state, where))
                 last = state
                 self.record()
             if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") and seen_running:
                 # A cluster that requeues jobs on a node failure would start the run again from scratch.
-                reason = "Slurm requeued job %s (%s)" % (self.job_id, self.info.get("Reason"))
-                say(reason)
-                down = self.down_nodes()
-                abort(self.run_dir, down[0][1] + "; " + reason if down else reason,
-                      host=down[0][0] if down else os.uname().nodename)
-                self.cancel(reason)
-            if state == "RUNNING":
+                why = "Slurm requeued job %s (%s)" % (self.job_id, reason)
+                down = self.down_nodes(self.nodelist)
+                say(why)
+                self.fail(down[0][1] + "; " + why if down else why, down[0][0] if down else None)
+                self.cancel(why)
+            elif state == "PENDING" and reason and any(r in reason for r in UNSATISFIABLE):
+                down = self.down_nodes(self.info.get("ReqNodeList"))
+                why = "Slurm cannot start job %s (%s)%s" % (self.job_id, reason,
+                                                            ": " + down[0][1] if down else "")
+                say(why)
+                self.fail(why, down[0][0] if down else None)
+                self.cancel(why)
+            elif state == "RUNNING":
                 seen_running = True
-                down = self.down_nodes()
+                down = self.down_nodes(self.nodelist)
                 if down:
-                    node, reason = down[0]
-                    say(reason)
-                    abort(self.run_dir, reason, host=node)
-                    self.cancel(reason)
+                    node, why = down[0]
+                    say(why)
+                    self.fail(why, node)
+                    self.cancel(why)
             if state in TERMINAL:
                 break
             time.sleep(self.poll)
         rec = self.record(final=True)
         return self.verdict(rec)
 
-    def down_nodes(self) -> list:
-        """[(node, "node N is DOWN in Slurm (reason)")] for the job's nodes that Slurm marks bad."""
-        nodelist = self.info.get("NodeList")
+    def down_nodes(self, nodelist) -> list:
+        """[(Slurm node, "node N is DOWN in Slurm (reason)")] for the nodes of ``nodelist`` Slurm marks bad."""
         if nodelist in (None, "", "(null)"):
             return []
         out = []
         for node, (state, why) in sorted(node_states(nodelist).items()):
-            if any(b in state for b in BAD_NODE):
+            if bad_node_state(state):
                 detail = " (%s)" % why if why and why != "none" else ""
-                out.append((node, "node %s is %s in Slurm%s" % (node, state, detail)))
+                out.append((node, "node %s is %s in Slurm%s" % (self.name(node), state.upper(), detail)))
         return out
 
     def local_rank(self, tasks: str) -> int:
@@ -297,31 +382,35 @@ class Job:
     def verdict(self, rec: dict) -> int:
         state = rec.get("state") or ""
         code = str(rec.get("exit_code") or "0:0")
-        failures = srun_failures(self.batch_output())
+        output = self.batch_output()
+        failures = srun_failures(output)
         say("job %s ended %s, exit code %s, elapsed %s" % (self.job_id, state, code, rec.get("elapsed")))
         if state == "COMPLETED" and code.split(":", maxsplit=1)[0] == "0":
             return 0
-        down = self.down_nodes() if state != "COMPLETED" else []
+        down = self.down_nodes(rec.get("nodes") or self.nodelist)
+        lost = node_failures(output)
         if down:
-            node, reason = down[0]
-            abort(self.run_dir, "%s; Slurm job %s ended %s" % (reason, self.job_id, state), host=node)
+            node, why = down[0]
+            self.fail("%s; Slurm job %s ended %s" % (why, self.job_id, state), node)
+        elif state == "NODE_FAIL" or lost:
+            node = lost[0] if lost else None
+            self.fail("Slurm job %s ended %s: %s failed" % (
+                self.job_id, state, "node %s" % self.name(node) if node else "a node of %s" % rec.get("nodes")), node)
         elif failures:
             node, tasks, exit_code, what = failures[0]
-            reason = "rank %s on %s %s (Slurm job %s %s; srun --kill-on-bad-exit ended every rank)" % (
-                tasks, node, "exited with %d%s" % (exit_code, " (%s)" % what.lower() if exit_code < 0 else "")
-                if exit_code is not None else what.lower(), self.job_id,
-                state)
-            abort(self.run_dir, reason, host=node, exit_code=exit_code, job_id=self.job_id)
             if exit_code is not None:
-                # The line DeepSpeed's launcher writes for a failed rank (what the run's diagnosis reads).
+                # The line DeepSpeed's launcher writes for a failed rank (what the run's diagnosis reads), first:
+                # the agent stops this process as soon as the ABORT below appears.
                 print("%s: rank %s (--local_rank=%d) exits with return code = %d" % (
-                    node, tasks, self.local_rank(tasks), exit_code), flush=True)
-        elif state == "NODE_FAIL":
-            abort(self.run_dir, "Slurm job %s ended NODE_FAIL: a node of %s failed" % (self.job_id, rec.get("nodes")))
+                    self.name(node), tasks, self.local_rank(tasks), exit_code), flush=True)
+            outcome = ("exited with %d%s" % (exit_code, " (%s)" % what.lower() if exit_code < 0 else "")
+                       if exit_code is not None else what.lower())
+            self.fail("rank %s on %s %s (Slurm job %s %s; srun --kill-on-bad-exit ended every rank)" % (
+                tasks, self.name(node), outcome, self.job_id, state), node, exit_code=exit_code)
         elif state == "TIMEOUT":
-            abort(self.run_dir, "Slurm job %s reached its time limit" % self.job_id)
+            self.fail("Slurm job %s reached its time limit" % self.job_id)
         else:
-            abort(self.run_dir, "Slurm job %s ended %s (exit code %s)%s" % (
+            self.fail("Slurm job %s ended %s (exit code %s)%s" % (
                 self.job_id, state, code, ": %s" % self.stopping if self.stopping else ""))
         try:
             first = int(code.split(":", maxsplit=1)[0])
@@ -336,6 +425,7 @@ def parse_args(argv=None):
     sub = p.add_subparsers(dest="what", required=True)
     j = sub.add_parser("job", help="submit the run's batch job and follow it (on the coordinator)")
     j.add_argument("--run-dir", required=True)
+    j.add_argument("--host", default=None, help="the coordinator's inventory name (default: its hostname)")
     j.add_argument("--poll", type=float, default=2.0)
     r = sub.add_parser("rank", help="start one rank (under srun)")
     r.add_argument("--run-dir", required=True)

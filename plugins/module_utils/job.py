@@ -198,6 +198,9 @@ def plan(settings, workers, coordinators, now):
     job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
     job["env"] = rank_env(job, settings, master.get("env") or {})
     job["program"] = program(job, settings)
+    problems = backend.check(job)
+    if problems:
+        raise JobError("; ".join(problems))
     job["launch"] = backend.describe(job)
     job["allreduce"] = allreduce_argv(job)
     job["dry_run"] = dry_run_argv(job) if job["metrics"] else None

@@ -31,6 +31,7 @@ BAD_NODE_STATES = ("down", "drained", "draining", "fail", "failing", "not_respon
 # Where the job's files go, under the run directory.
 BATCH_SCRIPT = "slurm/job.sbatch"
 TASKS_FILE = "slurm/tasks"
+NAMES_FILE = "slurm/names.json"
 
 
 class SlurmError(ValueError):
@@ -54,11 +55,12 @@ def node_from_hostvars(hv):
 
 def conf_nodes(hosts, memory_fraction=0.95):
     """``hosts``: [{"name", "hostname", "addr", "cpus", "memtotal_mb", "gpus"}] -> the NodeName lines' values.
-    RealMemory is a fraction of what the kernel reports: slurmd refuses a node whose configured memory is more
-    than it finds, and the kernel's total moves by a few MB between boots."""
+    RealMemory is a fraction of what the kernel reports, in 512 MB steps: slurmd refuses a node whose configured
+    memory is more than it finds, and the kernel's total moves by a few MB between boots."""
     out = []
     for h in hosts:
-        mem = int(int(h.get("memtotal_mb") or 0) * float(memory_fraction))
+        # Whole 512 MB steps: the kernel's total moves by a few MB between boots, slurm.conf should not.
+        mem = int(int(h.get("memtotal_mb") or 0) * float(memory_fraction)) // 512 * 512
         out.append({"name": h["name"], "hostname": h.get("hostname") or h["name"], "addr": h.get("addr") or h["name"],
                     "cpus": int(h.get("cpus") or 1), "real_memory": max(mem, 1), "gpus": int(h.get("gpus") or 0)})
     return out
@@ -237,15 +239,15 @@ def partition_verdicts(rows, partition, nodes, controller):
                                "inventory), or leave it out with -e exclude=%s" % (node, partition, node)})
             continue
         state = row["state"]
-        if state == "idle":
-            out.append({"check": "slurm partition", "host": node, "status": "pass",
-                        "detail": "idle in partition %s" % partition, "fix": None})
-        elif state in BAD_NODE_STATES or row["raw_state"].endswith("*"):
+        if state in BAD_NODE_STATES or row["raw_state"].endswith("*"):
             why = " (%s)" % row["reason"] if row["reason"] else ""
             out.append({"check": "slurm partition", "host": node, "status": "fail",
                         "detail": "%s is %s in Slurm%s" % (node, row["raw_state"], why),
                         "fix": "look at slurmd on %s (/var/log/slurm/slurmd.log), then scontrol update "
                                "nodename=%s state=resume" % (node, node)})
+        elif state == "idle":
+            out.append({"check": "slurm partition", "host": node, "status": "pass",
+                        "detail": "idle in partition %s" % partition, "fix": None})
         else:
             out.append({"check": "slurm partition", "host": node, "status": "warn",
                         "detail": "%s is %s: the exclusive job waits until it is idle" % (node, row["raw_state"]),
@@ -288,7 +290,8 @@ def batch_script(job, options, rank_argv, names=None):
     if len(set(slots)) == 1:
         head.append("--ntasks-per-node=%d" % slots[0])
     if job["accelerator"] == "cuda":
-        head.append("--gres=gpu:%d" % slots[0] if len(set(slots)) == 1 else "--gpus-per-task=1")
+        # The backend's check refuses uneven ranks per node on GPUs: every node gets its slots' GPUs.
+        head.append("--gres=gpu:%d" % max(slots))
     head.append("--time=%s" % _time_limit(job["timeout"]))
     if options.get("exclusive", True):
         head.append("--exclusive")
@@ -300,13 +303,12 @@ def batch_script(job, options, rank_argv, names=None):
             "--cpu-bind=none", "--output=%s/logs/slurm_rank%%t.log" % run_dir] + list(rank_argv)
     body = [
         "#!/bin/bash",
-        "# The run %s as a Slurm batch job, written by multinode.deepspeed from its job plan." % job["run_id"],
-        "# Submit it yourself with:  sbatch %s" % q(run_dir + "/" + BATCH_SCRIPT),
+        "# A run as a Slurm batch job, written by multinode.deepspeed from its job plan.",
+        "# Submit it with sbatch; rank r runs on line r+1 of the tasks file (rank 0 on the master).",
     ]
     body += ["#SBATCH %s" % q(x) for x in head]
     body += [
         "set -eu",
-        "# Rank r runs on line r+1 of the tasks file: the plan's ranks (rank 0 on %s, the master)." % hosts[0],
         "export SLURM_HOSTFILE=%s" % q(run_dir + "/" + TASKS_FILE),
         "echo \"multinode.deepspeed: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST, %d ranks\"" % job["world_size"],
         "exec " + " ".join(q(x) for x in srun),

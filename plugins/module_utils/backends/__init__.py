@@ -14,6 +14,7 @@ A backend is one file in this package with one ``Backend`` subclass, listed in `
 * ``ranks_over_ssh``: whether the ranks start in an SSH login (their limits are that login's);
 * ``stop``: how a run is stopped (the agents' lease and ABORT file; scancel for slurm);
 * ``SETTINGS`` / ``options(settings, problems)``: the backend's own variables (name -> default), checked;
+* ``check(job)``: problems of the planned job that only this backend has;
 * ``files(job)``: more files of the run directory (path under it -> text), written with the hostfile;
 * ``start(job)`` / ``handoff(job)``: whether the play starts the run, and what it says when it does not;
 * ``checks``: the preflight role's tasks file for this backend (``tasks/backend/<checks>.yml``), or None.
@@ -54,6 +55,10 @@ class Backend(object):
 
     def files(self, job):
         return {}
+
+    def check(self, job):
+        """Problems (each with its fix) of the planned job that only this backend has."""
+        return []
 
     def start(self, job):
         return True

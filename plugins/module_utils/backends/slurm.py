@@ -15,8 +15,20 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import json
+import shlex
+
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils import slurm
+
+# sbatch options the batch script sets from the plan, or that would break how the run is followed.
+RESERVED = dict([(o, "the plan's layout: -e hosts/exclude and deepspeed_slots") for o in (
+    "--nodes", "--ntasks", "--ntasks-per-node", "--nodelist", "--distribution", "--exclude")] + [
+    (o, "the run directory, read back by the watch and the collection") for o in (
+        "--output", "--error", "--chdir", "--export", "--parsable", "--wrap", "--array", "--hold")] + [
+    ("--time", "-e timeout=<seconds>"), ("--partition", "-e slurm_partition=<name>"),
+    ("--account", "-e slurm_account=<name>"), ("--requeue", "a run is resumed on purpose: -e resume=true"),
+    ("--exclusive", "-e slurm_exclusive=false")])
 
 
 class SlurmBackend(backends.Backend):
@@ -38,11 +50,21 @@ class SlurmBackend(backends.Backend):
                                 "<name>" % (key, value, key))
         extra = opts["sbatch_args"]
         if isinstance(extra, str):
-            extra = extra.split()
+            try:
+                extra = shlex.split(extra)
+            except ValueError as exc:
+                problems.append("slurm_sbatch_args=%r cannot be split (%s). Fix: balance the quotes" % (extra, exc))
+                extra = []
         for arg in extra or []:
-            if not str(arg).startswith("--") or "\n" in str(arg):
+            arg = str(arg)
+            option = arg.split("=", 1)[0]
+            if not arg.startswith("--") or any(c in arg for c in "\n\r\\"):
                 problems.append("slurm_sbatch_args: %r is not a long sbatch option. Fix: --name=value items, one "
                                 "per list element" % (arg,))
+            elif option in RESERVED:
+                problems.append("slurm_sbatch_args: %s is set from the job plan (%s). Fix: leave it out%s" % (
+                    option, RESERVED[option], "" if not RESERVED[option].startswith("-e") else
+                    ", and use " + RESERVED[option]))
         opts["sbatch_args"] = [str(a) for a in extra or []]
         for key in ("submit", "exclusive"):
             opts[key] = backends.flag(opts[key])
@@ -51,11 +73,26 @@ class SlurmBackend(backends.Backend):
     def launchers(self, job):
         return list(job["coordinators"][:1])
 
-    def agents(self, job):
-        return self.launchers(job)
-
     def launch_argv(self, job, node):
-        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"]]
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"],
+                "--host", node]
+
+    def check(self, job):
+        problems = []
+        for host, name in sorted((job.get("scheduler_names") or {}).items()):
+            if not slurm.NAME_RE.fullmatch(str(name)):
+                problems.append("%s: slurm_node_name=%r is not a Slurm node name (letters, digits, '_', '.', '-'). "
+                                "Fix: set it to the name sinfo shows for %s" % (host, name, host))
+        for key in ("run_dir", "venv"):
+            if any(c in job[key] for c in "\n\r\\%"):
+                problems.append("%s=%r cannot go into a batch script (a newline, '\\' or '%%'). Fix: a plain path "
+                                "for %s" % (key, job[key], "shared_dir_path" if key == "run_dir" else "stack_venv_dir"))
+        slots = sorted(set(job["slots"].values()))
+        if job["accelerator"] == "cuda" and len(slots) > 1:
+            problems.append("backend=slurm gives every node the same number of GPUs (--gres=gpu:N), but the ranks per "
+                            "node differ (%s). Fix: the same deepspeed_slots on every node, or -e hosts= the nodes "
+                            "with as many GPUs" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
+        return problems
 
     def rank_argv(self, job):
         return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
@@ -71,6 +108,8 @@ class SlurmBackend(backends.Backend):
                                                          "extra": opts["sbatch_args"]},
                                                    self.rank_argv(job), names),
             slurm.TASKS_FILE: slurm.tasks_file(job, names),
+            # Slurm's node names -> the inventory's, for what the run reports.
+            slurm.NAMES_FILE: json.dumps(dict((v, k) for k, v in sorted(names.items())), sort_keys=True) + "\n",
         }
 
     def start(self, job):

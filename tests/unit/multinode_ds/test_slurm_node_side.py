@@ -27,21 +27,48 @@ def test_program_started_as_deepspeeds_launch_py_does():
         "/v/python", "-u", "/shared/my.py", "--local_rank=0", "--x"]
 
 
+def test_the_plans_node_order_not_slurms():
+    # slurm.conf lists worker2 first (SLURM_NODEID 0), the plan puts worker1 first.
+    env = slurm.rank_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+                          "SLURM_STEP_TASKS_PER_NODE": "1,2", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500,
+                         ["worker1", "worker1", "worker2"])
+    assert (env["CROSS_RANK"], env["CROSS_SIZE"], env["LOCAL_SIZE"]) == ("1", "2", "1")
+
+
+def test_not_responding_down_and_fail_are_bad_drain_is_not():
+    assert [s for s in ("down", "down*", "idle*", "allocated*", "fail", "drained", "draining", "failing",
+                        "mixed", "idle") if slurm.bad_node_state(s)] == ["down", "down*", "idle*", "allocated*",
+                                                                          "fail"]
+
+
 def test_sruns_lines_on_failed_tasks():
     assert slurm.srun_failures((FIXTURES / "batch-killed.out").read_text()) == [
         ("worker2", "1", -9, "Killed"), ("worker1", "0", -15, "Terminated")]
+
+
+def test_the_task_that_failed_before_srun_stopped_the_step_comes_first():
+    text = ("srun: launch/slurm: _step_signal: Terminating StepId=9.0\n"
+            "srun: error: worker1: task 0: Terminated\n")
+    text = "srun: error: worker2: task 1: Exited with exit code 2\n" + text
+    assert slurm.srun_failures(text)[0] == ("worker2", "1", 2, "Exited with exit code 2")
+    # The killed-by-srun line printed first still comes after the one before the step's stop.
+    racy = ("srun: launch/slurm: _step_signal: Terminating StepId=9.0\nsrun: error: worker1: task 0: Terminated\n"
+            "srun: error: worker2: task 1: Exited with exit code 2\n")
+    assert slurm.srun_failures(racy)[0][0] == "worker1"
     assert slurm.srun_failures((FIXTURES / "batch-exit3.out").read_text())[0] == (
         "worker4", "4-5", 3, "Exited with exit code 3")
 
 
-def make_job(tmp_path, batch, tasks="worker1\nworker1\nworker2\nworker2\nworker4\nworker4\n"):
+def make_job(tmp_path, batch, tasks="worker1\nworker1\nworker2\nworker2\nworker4\nworker4\n", names=None):
     (tmp_path / "slurm").mkdir()
+    if names:
+        (tmp_path / "slurm" / "names.json").write_text(json.dumps(names))
     (tmp_path / "control").mkdir()
     (tmp_path / "slurm" / "tasks").write_text(tasks)
     (tmp_path / "slurm" / "batch-7.out").write_text((FIXTURES / batch).read_text())
-    job = slurm.Job(slurm.parse_args(["job", "--run-dir", str(tmp_path)]))
+    job = slurm.Job(slurm.parse_args(["job", "--run-dir", str(tmp_path), "--host", "coord"]))
     job.job_id = "7"
-    job.down_nodes = lambda: []
+    job.down_nodes = lambda nodelist: []
     return job
 
 
@@ -58,7 +85,7 @@ def test_a_failed_rank_is_the_runs_abort_with_its_node_rank_and_code(tmp_path, c
 
 def test_a_node_slurm_marks_down_is_the_cause(tmp_path):
     job = make_job(tmp_path, "batch-killed.out")
-    job.down_nodes = lambda: [("worker2", "node worker2 is DOWN in Slurm (e2e-maintenance)")]
+    job.down_nodes = lambda nodelist: [("worker2", "node worker2 is DOWN in Slurm (e2e-maintenance)")]
     assert job.verdict({"state": "NODE_FAIL", "exit_code": "0:0"}) == 1
     abort = json.loads((tmp_path / "control" / "ABORT").read_text())
     assert abort["host"] == "worker2"
@@ -69,3 +96,28 @@ def test_a_completed_job_is_success_and_writes_no_abort(tmp_path):
     job = make_job(tmp_path, "batch-killed.out")
     assert job.verdict({"state": "COMPLETED", "exit_code": "0:0"}) == 0
     assert not (tmp_path / "control" / "ABORT").exists()
+
+
+def test_slurms_node_names_are_reported_by_their_inventory_names(tmp_path, capsys):
+    job = make_job(tmp_path, "batch-exit3.out", names={"worker4": "gpu-d4"})
+    job.verdict({"state": "FAILED", "exit_code": "3:0"})
+    abort = json.loads((tmp_path / "control" / "ABORT").read_text())
+    assert abort["host"] == "gpu-d4" and "rank 4-5 on gpu-d4 exited with 3" in abort["reason"]
+    assert "gpu-d4: rank 4-5 (--local_rank=0) exits with return code = 3" in capsys.readouterr().out
+
+
+def test_a_job_that_ends_otherwise_is_blamed_on_the_coordinator_by_name(tmp_path):
+    job = make_job(tmp_path, "batch-killed.out")
+    (tmp_path / "slurm" / "batch-7.out").write_text("")
+    assert job.verdict({"state": "TIMEOUT", "exit_code": "0:15"}) == 1
+    abort = json.loads((tmp_path / "control" / "ABORT").read_text())
+    assert abort == {**abort, "host": "coord", "reason": "Slurm job 7 reached its time limit"}
+
+
+def test_a_lost_node_in_sruns_output_is_the_cause(tmp_path):
+    job = make_job(tmp_path, "batch-killed.out")
+    (tmp_path / "slurm" / "batch-7.out").write_text(
+        "srun: error: Node failure on worker2\nsrun: error: worker1: task 0: Killed\n")
+    job.verdict({"state": "NODE_FAIL", "exit_code": "0:0", "nodes": "worker[1-2]"})
+    abort = json.loads((tmp_path / "control" / "ABORT").read_text())
+    assert abort["host"] == "worker2" and abort["reason"] == "Slurm job 7 ended NODE_FAIL: node worker2 failed"

@@ -28,8 +28,8 @@ def test_node_lines_come_from_the_facts():
                    cluster_hosts_address="10.1.0.2")
     ns = nodes(hostvars("worker1", "10.89.0.11"), big)
     conf = slurm.render_conf(SETTINGS, CONTROLLER, ns)
-    assert "NodeName=worker1 NodeHostname=worker1 NodeAddr=10.89.0.11 CPUs=2 RealMemory=22800 State=UNKNOWN" in conf
-    assert "NodeName=a2 NodeHostname=gpu-a2 NodeAddr=10.1.0.2 CPUs=96 RealMemory=979450 Gres=gpu:8 State=UNKNOWN" \
+    assert "NodeName=worker1 NodeHostname=worker1 NodeAddr=10.89.0.11 CPUs=2 RealMemory=22528 State=UNKNOWN" in conf
+    assert "NodeName=a2 NodeHostname=gpu-a2 NodeAddr=10.1.0.2 CPUs=96 RealMemory=978944 Gres=gpu:8 State=UNKNOWN" \
         in conf
     assert "GresTypes=gpu" in conf.splitlines()
     assert "PartitionName=gpu Nodes=worker1,a2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" in conf
@@ -68,6 +68,17 @@ def test_bad_settings_name_the_variable_and_the_fix(change, needle):
 def test_the_coordinator_cannot_be_a_compute_node():
     problems = slurm.conf_problems(SETTINGS, "coord", nodes(hostvars("coord", "10.89.0.10")))
     assert any("coord is both the Slurm controller" in p for p in problems)
+
+
+def test_memory_in_whole_512_mb_steps_so_a_few_mb_less_after_a_reboot_changes_nothing():
+    assert nodes(hostvars("w", "a", mem=24000))[0]["real_memory"] == nodes(hostvars("w", "a", mem=23990))[0][
+        "real_memory"] == 22528
+
+
+def test_an_idle_node_that_does_not_answer_fails():
+    rows = slurm.parse_sinfo("worker1|gpu*|idle*|none\n")
+    (v,) = slurm.partition_verdicts(rows, "gpu", ["worker1"], "coord")
+    assert v["status"] == "fail" and v["detail"] == "worker1 is idle* in Slurm"
 
 
 def test_sinfo_read_back():

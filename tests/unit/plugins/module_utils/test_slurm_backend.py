@@ -1,5 +1,6 @@
 """The slurm backend (backends/slurm.py) and the batch script it writes (module_utils/slurm.py)."""
 import datetime
+import json
 import shlex
 
 import pytest
@@ -45,13 +46,15 @@ def test_slurm_is_a_registered_backend_with_its_own_settings():
 def test_only_the_coordinator_runs_an_agent_and_no_ssh_is_needed():
     job = slurm_job()
     launch = job["launch"]
-    assert launch["launchers"] == ["coord"] and launch["agents"] == ["coord"]
+    # The coordinator's agent submits; the workers' agents beat and sweep the run's processes on an abort.
+    assert launch["launchers"] == ["coord"] and launch["agents"] == ["coord", "worker1", "worker2"]
     assert launch["ssh_pairs"] == [] and launch["ssh_targets"] == {}
     assert launch["stop"] == "scancel" and launch["checks"] == "slurm"
     assert launch["argv"]["coord"] == [PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
-                                       "/srv/multinode-deepspeed/runs/r1"]
-    assert launch["agent_argv"]["coord"][-7:] == ["--", PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
-                                                  "/srv/multinode-deepspeed/runs/r1"]
+                                       "/srv/multinode-deepspeed/runs/r1", "--host", "coord"]
+    assert launch["agent_argv"]["coord"][-9:] == ["--", PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
+                                                  "/srv/multinode-deepspeed/runs/r1", "--host", "coord"]
+    assert "--" not in launch["agent_argv"]["worker1"]
     assert launch["start"] is True and "sbatch" in launch["handoff"]
 
 
@@ -87,8 +90,9 @@ def test_the_tasks_file_follows_the_plans_rank_order():
 def test_gpus_per_node_for_cuda_ranks():
     job = slurm_job(slots=(4, 4), gpus=4)
     assert "--gres=gpu:4" in sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
-    job = slurm_job(slots=(2, 4), gpus=1)
-    assert "--gpus-per-task=1" in sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    with pytest.raises(JobError) as err:
+        slurm_job(slots=(2, 4), gpus=1)
+    assert "the ranks per node differ (worker1=2, worker2=4)" in str(err.value) and "Fix:" in str(err.value)
 
 
 def test_slurms_own_node_names_when_they_differ_from_the_inventory():
@@ -97,6 +101,7 @@ def test_slurms_own_node_names_when_they_differ_from_the_inventory():
     job = plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW)
     assert job["scheduler_names"] == {"worker1": "worker1", "worker2": "gpu-node-07"}
     assert job["launch"]["files"][slurm.TASKS_FILE] == "worker1\ngpu-node-07\n"
+    assert json.loads(job["launch"]["files"][slurm.NAMES_FILE]) == {"gpu-node-07": "worker2", "worker1": "worker1"}
     assert "--nodelist=worker1,gpu-node-07" in sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
 
 
@@ -116,6 +121,10 @@ def test_submit_false_is_a_handoff():
     ({"slurm_partition": "gpu;reboot"}, "slurm_partition='gpu;reboot' is not a Slurm name"),
     ({"slurm_account": "a b"}, "slurm_account='a b'"),
     ({"slurm_sbatch_args": ["-p x"]}, "slurm_sbatch_args: '-p x' is not a long sbatch option"),
+    ({"slurm_sbatch_args": "--output=/tmp/x"}, "slurm_sbatch_args: --output is set from the job plan"),
+    ({"slurm_sbatch_args": ["--requeue"]}, "slurm_sbatch_args: --requeue is set from the job plan"),
+    ({"slurm_sbatch_args": "--comment='a"}, "cannot be split"),
+    ({"shared_dir": "/srv/a%jb"}, "cannot go into a batch script"),
 ])
 def test_bad_slurm_settings_fail_the_plan_naming_the_variable(settings, needle):
     with pytest.raises(JobError) as err:
@@ -132,3 +141,17 @@ def test_another_partition_is_another_preflight():
     from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import reuse_key
     assert reuse_key(slurm_job(), {}) != reuse_key(slurm_job({"slurm_partition": "a100"}), {})
     assert reuse_key(slurm_job(), {}) == reuse_key(slurm_job({"run_id": "r2"}), {})
+
+
+def test_more_sbatch_options_go_into_the_script():
+    job = slurm_job({"slurm_sbatch_args": "--qos=high --comment='nightly run'"})
+    opts = sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    assert opts[-2:] == ["--qos=high", "'--comment=nightly run'"]
+
+
+def test_a_slurm_node_name_that_is_not_one_fails_the_plan():
+    ws = workers()
+    ws["worker2"]["scheduler_name"] = "gpu\n07"
+    with pytest.raises(JobError) as err:
+        plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW)
+    assert "worker2: slurm_node_name='gpu\\n07' is not a Slurm node name" in str(err.value)
