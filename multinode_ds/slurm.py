@@ -288,7 +288,7 @@ class Job:
                 say("sbatch failed: %s" % why[0])
                 self.fail("sbatch refused the job: %s" % why[0])
                 return rc or 1
-            self.job_id = out.strip().split(";")[0]
+            self.job_id = out.strip().split(";", maxsplit=1)[0]
             say("submitted batch job %s" % self.job_id)
             if self.stopping:
                 self.cancel(self.stopping)

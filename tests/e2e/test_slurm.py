@@ -154,6 +154,7 @@ def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_
     assert killed.get("at"), "the run never reached step 5"
     assert res.rc != 0
     assert ended - killed["at"] < 60, f"the playbook ended {ended - killed['at']:.0f}s after the kill"
+    print(f"the play failed {ended - killed['at']:.1f}s after the kill")
     flat = " ".join(res.out.split())
     assert "Failed first: rank 1 on worker2, exit code -9" in flat, res.tail()
     assert "rank 1 on worker2 exited with -9 (SIGKILL)" in flat, res.tail()
@@ -191,8 +192,10 @@ def test_ctrl_c_cancels_the_slurm_job(slurm):
             proc.kill()
         out.close()
     assert proc.returncode != 0
+    ended = time.time()
     assert nothing_left(run_id) == {}, "the run's processes outlived Ctrl-C"
-    print(f"every node stopped {time.time() - interrupted:.0f}s after Ctrl-C")
+    print(f"the play ended {ended - interrupted:.1f}s and every node was clean {time.time() - interrupted:.1f}s "
+          f"after Ctrl-C")
     record = json.loads(on_coord(f"cat /shared/runs/{run_id}/scheduler.json").stdout)
     assert sacct_state(record["job_id"]) == "CANCELLED"
     assert on_coord(f"squeue -h -j {record['job_id']}").stdout.strip() == ""
@@ -228,6 +231,7 @@ def test_a_node_slurm_marks_down_is_named_as_the_cause(slurm, run_playbook):
         on_coord("scontrol update nodename=worker2 state=resume")
     assert downed.get("at") and res.rc != 0
     assert ended - downed["at"] < 60
+    print(f"the play failed {ended - downed['at']:.1f}s after scontrol set worker2 DOWN")
     flat = " ".join(res.out.split())
     assert "node worker2 is DOWN" in flat and "e2e-maintenance" in flat, res.tail()
     assert nothing_left(run_id) == {}
