@@ -98,18 +98,23 @@ def bare(run_id: str, steps: int, model: str) -> dict:
            f"--master_port 29500 --launcher pdsh --force_multi --module multinode_ds.train "
            f"--model {shlex.quote(model)} --run-dir {run_dir} --steps {int(steps)} "
            f"--checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher.log 2>&1")
+    return timed_on_coord(cmd, run_dir, "launcher.log", "bare deepspeed")
+
+
+def timed_on_coord(cmd: str, run_dir: str, log: str, what: str) -> dict:
+    """Run ``cmd`` on the coordinator; seconds to rank 0's first step and in all; the run directory goes."""
     try:
         t0 = time.time()
         res = podman_exec(COORD, cmd, check=False)
         wall = time.time() - t0
         if res.returncode != 0:
-            log = podman_exec(COORD, f"tail -20 {run_dir}/launcher.log", check=False).stdout
-            raise SystemExit(f"[bench-launch] bare deepspeed failed (rc={res.returncode}):\n{log}")
+            tail = podman_exec(COORD, f"tail -20 {run_dir}/{log}", check=False).stdout
+            raise SystemExit(f"[bench-launch] {what} failed (rc={res.returncode}):\n{tail}")
         first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
     finally:
         podman_exec(COORD, f"rm -rf {run_dir}", check=False)
     if first is None:
-        raise SystemExit("[bench-launch] bare deepspeed finished without a step record from rank 0")
+        raise SystemExit(f"[bench-launch] {what} finished without a step record from rank 0")
     return {"first_step_s": first - t0, "wall_s": wall}
 
 
@@ -129,19 +134,7 @@ def srun(run_id: str, steps: int, model: str) -> dict:
     cmd = (f"cd {run_dir} && srun --nodes={len(hosts)} --ntasks-per-node=1 --nodelist="
            f"{','.join(h[0] for h in hosts)} --exclusive --kill-on-bad-exit=1 --job-name=bench-srun "
            f"bash -c {shlex.quote(rank)} > {run_dir}/srun.log 2>&1")
-    try:
-        t0 = time.time()
-        res = podman_exec(COORD, cmd, check=False)
-        wall = time.time() - t0
-        if res.returncode != 0:
-            log = podman_exec(COORD, f"tail -20 {run_dir}/srun.log", check=False).stdout
-            raise SystemExit(f"[bench-launch] srun failed (rc={res.returncode}):\n{log}")
-        first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
-    finally:
-        podman_exec(COORD, f"rm -rf {run_dir}", check=False)
-    if first is None:
-        raise SystemExit("[bench-launch] srun finished without a step record from rank 0")
-    return {"first_step_s": first - t0, "wall_s": wall}
+    return timed_on_coord(cmd, run_dir, "srun.log", "srun")
 
 
 def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:

@@ -10,25 +10,15 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import load_summary, podman, run_processes
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("coord", "worker1", "worker2")
 
 
-def podman(*args, **kw):
-    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
-
-
 def on_coord(command):
     return podman("exec", "mnds-coord", "sh", "-c", command)
-
-
-def run_processes(node, run_id):
-    script = ("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
-              f"grep -qx MULTINODE_DS_RUN_ID={run_id} && echo ${{p#/proc/}}; done; true")
-    return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split()
 
 
 def nothing_left(run_id, seconds=60):
@@ -40,10 +30,6 @@ def nothing_left(run_id, seconds=60):
             return {}
         time.sleep(1)
     return left
-
-
-def load_summary(run_id):
-    return json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
 
 
 def sacct_state(job_id, seconds=20):
@@ -138,23 +124,27 @@ def test_users_own_deepspeed_script_through_slurm(slurm, run_playbook):
     assert "user-script rank 0/2 on worker1 step 6" in logs and "user-script rank 1/2 on worker2 step 6" in logs
 
 
+def train_with_fault(run_playbook, run_id, step, fault, name):
+    """A long run through slurm, ``fault()`` once rank 0 reached ``step``: (result, seconds from the fault to
+    the end of the play)."""
+    at = {}
+    t = threading.Thread(target=lambda: at.setdefault("fault", when_step(run_id, step, fault)))
+    t.start()
+    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                       "-e", "preflight=false", name=name)
+    ended = time.time()
+    t.join()
+    assert at.get("fault"), f"the run never reached step {step}"
+    assert res.rc != 0
+    return res, ended - at["fault"]
+
+
 def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_playbook):
     run_id = f"e2e-slurm-kill-{int(time.time())}"
-    killed = {}
-
-    def kill():
-        podman("exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train")
-
-    killer = threading.Thread(target=lambda: killed.setdefault("at", when_step(run_id, 5, kill)))
-    killer.start()
-    res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
-                       "-e", "preflight=false", name="slurm-killed-rank")
-    ended = time.time()
-    killer.join()
-    assert killed.get("at"), "the run never reached step 5"
-    assert res.rc != 0
-    assert ended - killed["at"] < 60, f"the playbook ended {ended - killed['at']:.0f}s after the kill"
-    print(f"the play failed {ended - killed['at']:.1f}s after the kill")
+    res, took = train_with_fault(run_playbook, run_id, 5, lambda: podman(
+        "exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train"), "slurm-killed-rank")
+    assert took < 60, f"the playbook ended {took:.0f}s after the kill"
+    print(f"the play failed {took:.1f}s after the kill")
     flat = " ".join(res.out.split())
     assert "Failed first: rank 1 on worker2, exit code -9" in flat, res.tail()
     assert "rank 1 on worker2 exited with -9 (SIGKILL)" in flat, res.tail()
@@ -215,23 +205,13 @@ def test_the_runs_timeout_cancels_the_slurm_job(slurm, run_playbook):
 
 def test_a_node_slurm_marks_down_is_named_as_the_cause(slurm, run_playbook):
     run_id = f"e2e-slurm-down-{int(time.time())}"
-
-    def down():
-        on_coord("scontrol update nodename=worker2 state=down reason=e2e-maintenance")
-
     try:
-        downed = {}
-        t = threading.Thread(target=lambda: downed.setdefault("at", when_step(run_id, 3, down)))
-        t.start()
-        res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
-                           "-e", "preflight=false", name="slurm-node-down")
-        ended = time.time()
-        t.join()
+        res, took = train_with_fault(run_playbook, run_id, 3, lambda: on_coord(
+            "scontrol update nodename=worker2 state=down reason=e2e-maintenance"), "slurm-node-down")
     finally:
         on_coord("scontrol update nodename=worker2 state=resume")
-    assert downed.get("at") and res.rc != 0
-    assert ended - downed["at"] < 60
-    print(f"the play failed {ended - downed['at']:.1f}s after scontrol set worker2 DOWN")
+    assert took < 60
+    print(f"the play failed {took:.1f}s after scontrol set worker2 DOWN")
     flat = " ".join(res.out.split())
     assert "node worker2 is DOWN" in flat and "e2e-maintenance" in flat, res.tail()
     assert nothing_left(run_id) == {}
