@@ -7,6 +7,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import shlex
+import subprocess
 import time
 
 from ansible.plugins.action import ActionBase
@@ -17,6 +19,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
     trap_stop_signals)
 
 display = Display()
+DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
 
 
 class ActionModule(ActionBase):
@@ -33,6 +36,44 @@ class ActionModule(ActionBase):
         if res.get("failed"):
             raise RuntimeError("reading the run's status failed: %s" % res.get("msg"))
         return res
+
+    def _dead_man_switch(self, run_dir):
+        """An SSH session to the watched host whose remote end writes the run's ABORT record when its standard
+        input closes, unless the run is already done or aborted.  This process holds that input: however it
+        ends (Ctrl-C, Ansible killing its worker, a SIGKILL), the session ends and the run stops at once, not
+        when the lease goes stale.  Only over the ssh connection; elsewhere the lease is the fallback."""
+        conn = self._connection
+        if getattr(conn, "transport", None) != "ssh":
+            return None
+        control = shlex.quote(run_dir.rstrip("/") + "/control")
+        # The first line of input, if any, is the reason; end of input without one means this process is gone.
+        script = ("IFS= read -r why || why=''; [ -n \"$why\" ] || why=%s; cat >/dev/null; cd %s 2>/dev/null || exit 0; "
+                  "[ -e DONE ] || [ -e ABORT ] || { set -C; "
+                  "printf '{\"reason\": \"%%s\", \"host\": \"controller\", \"time\": %%s}\\n' "
+                  "\"$why\" \"$(date +%%s)\" > ABORT; } 2>/dev/null" % (shlex.quote(DEAD_MAN_REASON), control))
+        try:
+            host = conn.get_option("host") or conn._play_context.remote_addr  # pylint: disable=protected-access
+            argv = conn._build_command(conn.get_option("ssh_executable"), "ssh",  # pylint: disable=protected-access
+                                       host, "sh -c %s" % shlex.quote(script))
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+        except Exception as exc:  # pylint: disable=broad-except
+            display.vvv("watch: no dead man's switch (%s); the lease stops the run if the controller goes" % exc)
+            return None
+
+    @staticmethod
+    def _release_switch(switch, wait=5.0, reason=None):
+        """Close the switch's input, with ``reason`` as its one line: the remote end writes ABORT (with it) unless
+        the run is done or aborted."""
+        if switch is None:
+            return
+        try:
+            if reason:
+                switch.stdin.write(reason.encode() + b"\n")
+            switch.stdin.close()
+            switch.wait(timeout=wait)
+        except Exception:  # pylint: disable=broad-except
+            switch.kill()
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -58,9 +99,12 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname")
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
+        switch = None
         try:
             while True:
                 status = self._status(task_vars)
+                if switch is None and not status.get("abort"):
+                    switch = self._dead_man_switch(args["run_dir"]) or False
                 now = status["now"]
                 verdict, reason, action = decide(status, nodes, launchers, now, heartbeat_timeout=hb_timeout,
                                                  start_timeout=start_timeout, started_at=now - (time.time() - t0),
@@ -92,6 +136,10 @@ class ActionModule(ActionBase):
             ignore_signals(previous)
             why = ("interrupted on the controller" if isinstance(exc, (KeyboardInterrupt, Interrupted))
                    else "the controller's watch failed: %s" % exc)
+            # The open session writes ABORT at once; the module call below gives it the real reason when it
+            # gets there first (Ansible may end this process before it does).
+            self._release_switch(switch or None, wait=2.0, reason=why.splitlines()[0].replace('"', "'")[:300])
+            switch = None
             try:
                 self._status(task_vars, abort=why)
                 display.display("[%s] stopped the run on every node: %s" % (host, why), color="red")
@@ -99,6 +147,7 @@ class ActionModule(ActionBase):
                 pass  # the agents also stop when the controller's lease expires
             raise
         finally:
+            self._release_switch(switch or None)
             restore_signals(previous)
         result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}),
                       abort=status.get("abort"), ranks=status.get("ranks", {}),
