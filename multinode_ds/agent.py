@@ -122,6 +122,7 @@ class Agent:
         self.lease_timeout = args.lease_timeout
         self.grace = args.grace
         self.max_time = args.max_time
+        self.sweep_after = args.sweep_after
         self.control = self.run_dir / "control"
         self.nodes = self.run_dir / "nodes"
         self.log_path = self.run_dir / "nodes" / f"{self.host}.launcher.log"
@@ -234,6 +235,12 @@ class Agent:
             time.sleep(self.interval)
         if reason != "finished":
             self.beat(state="stopping", reason=reason)
+            if self.child is None and self.sweep_after:
+                # A scheduler stops this node's ranks itself (scancel): give it the time, then sweep what is left.
+                deadline = time.time() + self.sweep_after
+                while time.time() < deadline and run_pids(self.run_id, exclude=self.own):
+                    self.beat(state="stopping", reason=reason)
+                    time.sleep(min(self.interval, 0.5))
             kill_all(self.run_id, self.own, self.child.pid if self.child else None)
             if self.child is not None:
                 try:
@@ -262,6 +269,9 @@ def parse_args(argv=None):
                    help="seconds after the agent's start before the lease is enforced (train.yml creates "
                         "the lease before it starts the agents)")
     p.add_argument("--max-time", type=float, default=0.0, help="abort the run after this many seconds (0: never)")
+    p.add_argument("--sweep-after", type=float, default=0.0,
+                   help="a watcher (no CMD) waits this long for the run's processes to end by themselves after an "
+                        "abort (a scheduler's cancel), then kills what is left")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the node's launcher command")
     args = p.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":

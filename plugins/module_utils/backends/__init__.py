@@ -46,6 +46,9 @@ class Backend(object):
     ranks_over_ssh = False
     stop = "lease"
     checks = None
+    # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
+    # stopping its job) before it kills them; 0: at once.
+    sweep_after = 0
     SETTINGS = {}
 
     def options(self, settings, problems):
@@ -100,6 +103,8 @@ class Backend(object):
         only watches), beats, and stops the run's processes on abort or a stale lease."""
         argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.agent", "--run-dir", job["run_dir"],
                 "--host", node, "--max-time", str(job["timeout"])]
+        if not launch and self.sweep_after:
+            argv += ["--sweep-after", str(self.sweep_after)]
         return argv + (["--"] + list(launch) if launch else [])
 
     def describe(self, job):

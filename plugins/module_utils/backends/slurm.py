@@ -35,6 +35,9 @@ class SlurmBackend(backends.Backend):
     NAME = "slurm"
     DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
     stop = "scancel"
+    # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
+    # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
+    sweep_after = 15
     checks = "slurm"
     # Inventory or -e variable -> default.
     SETTINGS = {"slurm_partition": "gpu", "slurm_account": None, "slurm_submit": True, "slurm_exclusive": True,

@@ -55,6 +55,9 @@ def test_only_the_coordinator_runs_an_agent_and_no_ssh_is_needed():
     assert launch["agent_argv"]["coord"][-9:] == ["--", PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
                                                   "/srv/multinode-deepspeed/runs/r1", "--host", "coord"]
     assert "--" not in launch["agent_argv"]["worker1"]
+    # The workers' agents leave the ranks to scancel for 15 s before they sweep.
+    worker = launch["agent_argv"]["worker1"]
+    assert worker[worker.index("--sweep-after") + 1] == "15"
     assert launch["start"] is True and "sbatch" in launch["handoff"]
 
 
