@@ -20,6 +20,8 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
+# What the watch tells its switch when it ended as it should (success or failure, the run's own records written).
+ENDED = "ended"
 
 
 class ActionModule(ActionBase):
@@ -47,10 +49,11 @@ class ActionModule(ActionBase):
             return None
         control = shlex.quote(run_dir.rstrip("/") + "/control")
         # The first line of input, if any, is the reason; end of input without one means this process is gone.
-        script = ("IFS= read -r why || why=''; [ -n \"$why\" ] || why=%s; cat >/dev/null; cd %s 2>/dev/null || exit 0; "
+        script = ("IFS= read -r why || why=''; [ \"$why\" = %s ] && exit 0; [ -n \"$why\" ] || why=%s; "
+                  "cat >/dev/null; cd %s 2>/dev/null || exit 0; "
                   "[ -e DONE ] || [ -e ABORT ] || { set -C; "
                   "printf '{\"reason\": \"%%s\", \"host\": \"controller\", \"time\": %%s}\\n' "
-                  "\"$why\" \"$(date +%%s)\" > ABORT; } 2>/dev/null" % (shlex.quote(DEAD_MAN_REASON), control))
+                  "\"$why\" \"$(date +%%s)\" > ABORT; } 2>/dev/null" % (ENDED, shlex.quote(DEAD_MAN_REASON), control))
         try:
             host = conn.get_option("host") or conn._play_context.remote_addr  # pylint: disable=protected-access
             argv = conn._build_command(conn.get_option("ssh_executable"), "ssh",  # pylint: disable=protected-access
@@ -147,7 +150,8 @@ class ActionModule(ActionBase):
                 pass  # the agents also stop when the controller's lease expires
             raise
         finally:
-            self._release_switch(switch or None)
+            # Reached with the verdict in (or after the interrupt above released it): nothing more to write.
+            self._release_switch(switch or None, reason=ENDED)
             restore_signals(previous)
         result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}),
                       abort=status.get("abort"), ranks=status.get("ranks", {}),
