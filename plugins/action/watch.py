@@ -67,7 +67,9 @@ class ActionModule(ActionBase):
     @staticmethod
     def _release_switch(switch, wait=5.0, reason=None):
         """Close the switch's input, with ``reason`` as its one line: the remote end writes ABORT (with it) unless
-        the run is done or aborted."""
+        the run is done or aborted.  The ssh client is never killed: it may still be connecting (a loaded
+        machine), and it ends by itself once it delivered the line (it runs in a session of its own, so this
+        process may end first)."""
         if switch is None:
             return
         try:
@@ -76,7 +78,7 @@ class ActionModule(ActionBase):
             switch.stdin.close()
             switch.wait(timeout=wait)
         except Exception:  # pylint: disable=broad-except
-            switch.kill()
+            pass
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
