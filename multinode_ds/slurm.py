@@ -26,21 +26,13 @@ import sys
 import time
 from pathlib import Path
 
+from multinode_ds.agent import MARKER, read_env_file, write_json
+
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE")
 # srun's words for a task ended by a signal -> the exit code DeepSpeed's launcher reports for it (-signal).
 SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Bus error": -7,
            "Floating point exception": -8, "Hangup": -1, "Interrupt": -2, "User defined signal 1": -10}
-
-
-def read_env_file(path: Path) -> dict:
-    env = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep and key and not key.startswith("#"):
-                env[key] = value
-    return env
 
 
 # --------------------------------------------------------------------------- one rank
@@ -100,7 +92,6 @@ def rank_main(args) -> int:
 
 # --------------------------------------------------------------------------- the job
 
-MARKER = "MULTINODE_DS_RUN_ID"
 # Reasons a PENDING job will not start by waiting (a requested node is DOWN or DRAINED, the partition is down).
 UNSATISFIABLE = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "PartitionNodeLimit",
                  "BadConstraints", "PartitionConfig", "InvalidAccount", "InvalidQOS")
@@ -128,12 +119,6 @@ def run(argv, timeout=30, detached=False):
 
 def say(msg: str) -> None:
     print("multinode_ds.slurm: %s" % msg, flush=True)
-
-
-def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
-    tmp.write_text(json.dumps(data, sort_keys=True, indent=1))
-    os.replace(tmp, path)
 
 
 def parse_scontrol(text: str) -> dict:
