@@ -15,8 +15,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, decide, ignore_signals, progress_line, restore_signals,
-    trap_stop_signals)
+    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, blame_stall, decide, ignore_signals, progress_line,
+    restore_signals, stalled, trap_stop_signals)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
-                             "timeout"))
+                             "timeout", "stall_timeout", "startup_timeout", "addresses"))
 
     def _status(self, task_vars, **kw):
         args = dict(run_dir=self._task.args["run_dir"], touch_lease=True)
@@ -94,6 +94,9 @@ class ActionModule(ActionBase):
         start_timeout = float(args.get("start_timeout", 120))
         stop_timeout = float(args.get("stop_timeout", 60))
         timeout = float(args.get("timeout", 0) or 0)
+        stall_timeout = float(args.get("stall_timeout") or 0) or None
+        startup_timeout = float(args.get("startup_timeout") or 300)
+        addresses = dict(args.get("addresses") or {})
         t0 = time.time()
         last_print = 0.0
         last_line = None
@@ -116,6 +119,14 @@ class ActionModule(ActionBase):
                                                  world_size=world_size)
                 if timeout and verdict == RUNNING and time.time() - t0 > timeout:
                     reason = "the run exceeded its timeout of %.0fs" % timeout
+                    action = ("abort", reason)
+                    verdict = STOPPING
+                stall = stalled(status, now, now - (time.time() - t0), stall_timeout, startup_timeout) \
+                    if verdict == RUNNING and not action else None
+                if stall:
+                    # Whom to blame: a node the coordinator cannot reach any more comes first.
+                    probe = self._status(task_vars, probe=addresses)["reachable"] if addresses else {}
+                    reason = blame_stall(stall, probe)
                     action = ("abort", reason)
                     verdict = STOPPING
                 if action and action[0] == "abort":

@@ -137,6 +137,9 @@ def plan(settings, workers, coordinators, now):
     job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
     job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems)
     job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems)
+    # Unset: the watch derives it from the step time (module_utils/watch.stall_limit).
+    job["stall_timeout"] = _whole(settings, "stall_timeout", 10, None, "seconds", problems) \
+        if settings.get("stall_timeout") not in (None, "") else None
     backend_name = settings.get("backend") or DEFAULTS["backend"]
     try:
         backend = backends.get(backend_name)
@@ -189,6 +192,7 @@ def plan(settings, workers, coordinators, now):
         "first_ranks": dict((h["name"], h["first_rank"]) for h in layout["hosts"]),
         "world_size": layout["world_size"], "hostfile": layout["text"], "ranks": layout["ranks"],
         "master": layout["master"], "master_addr": master.get("address") or layout["master"],
+        "addresses": dict((h, workers[h].get("address") or h) for h in rank_hosts),
         "accelerator": master.get("accelerator") or ("cuda" if int(master.get("gpus") or 0) > 0 else "cpu"),
         "metrics": not entrypoint,
     })

@@ -72,6 +72,70 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
     return RUNNING, None, None
 
 
+def stall_limit(ranks, stall_timeout=None, floor=45.0, factor=10.0):
+    """Seconds without a finished step that make a run stalled: ``stall_timeout`` when given, else ``factor``
+    times the median step time the ranks report, at least ``floor`` (a checkpoint save or an evaluation takes
+    longer than a step)."""
+    if stall_timeout:
+        return float(stall_timeout)
+    times = sorted(float(r["step_time"]) for r in ranks.values() if r.get("event") == "step" and r.get("step_time"))
+    median = times[len(times) // 2] if times else 0.0
+    return max(float(floor), factor * median)
+
+
+def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, floor=45.0, rank_hosts=None):
+    """Is the run stalled?  None, or ``{"reason", "silent_for", "limit", "behind": {host: [ranks]}}``.
+
+    The signal: the time of every rank's last metrics record (the bundled trainer writes one per step).  Before
+    the first step, a fixed ``startup_timeout`` (model load, DeepSpeed's init, the first collective).  Without
+    metrics (a user's script), the newest write to the ranks' logs (``status["logs_mtime"]``), with the same
+    limits: a script that logs nothing for that long looks stalled."""
+    ranks = status.get("ranks") or {}
+    steps = dict((int(r), rec) for r, rec in ranks.items() if rec.get("event") == "step")
+    if steps:
+        last = max(float(rec.get("time") or 0) for rec in steps.values())
+        limit = stall_limit(ranks, stall_timeout, floor)
+        signal_name = "no rank finished a step"
+    elif status.get("logs_mtime") and not ranks:
+        last = float(status["logs_mtime"])
+        limit = float(stall_timeout or max(floor, startup_timeout / 2.0))
+        signal_name = "no rank wrote to its log"
+    else:
+        last = started_at if started_at is not None else now
+        limit = float(startup_timeout)
+        signal_name = "no rank finished its first step"
+    silent = now - last
+    if silent <= limit:
+        return None
+    behind = {}
+    if steps:
+        low = min(rec.get("step", 0) for rec in steps.values())
+        for rank, rec in sorted(steps.items()):
+            if rec.get("step", 0) == low:
+                host = rec.get("host") or (rank_hosts or {}).get(rank) or "?"
+                behind.setdefault(host, []).append(rank)
+        where = "; the last step of every rank is %d" % low if len(set(r.get("step", 0) for r in steps.values())) == 1 \
+            else "; ranks %s on %s are behind, at step %d" % (
+                ", ".join(str(r) for rs in behind.values() for r in rs), ", ".join(sorted(behind)), low)
+    else:
+        where = ""
+    return {"reason": "the run stalled: %s for %.0fs (limit %.0fs)%s" % (signal_name, silent, limit, where),
+            "silent_for": silent, "limit": limit, "behind": behind}
+
+
+def blame_stall(stall, reachable):
+    """The stall's reason with its likely cause first: the nodes the coordinator cannot reach (a cut network, a
+    lost node), else a hung collective on the nodes whose ranks are behind."""
+    lost = sorted(h for h, r in (reachable or {}).items() if not r.get("ok"))
+    if lost:
+        return "%s: %s, so the run stalled (%s)" % (
+            ", ".join(lost), "; ".join("%s does not answer on the cluster network (%s)" % (h, reachable[h]["error"])
+                                       for h in lost), stall["reason"])
+    behind = ", ".join(sorted(stall.get("behind") or {}))
+    return "%s%s" % (stall["reason"], "; every node answers, so a collective hung (NCCL/gloo waiting for a "
+                     "peer) or a rank is stuck on %s: look at the ranks' last log lines" % behind if behind else "")
+
+
 def _alive(beat, now, timeout):
     return beat is not None and now - beat.get("time", 0) <= timeout
 

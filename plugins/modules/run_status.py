@@ -31,6 +31,16 @@ options:
   abort:
     description: When set, write C(control/ABORT) with this reason (unless an abort is already recorded).
     type: str
+  probe:
+    description:
+      - Nodes to try from here, name -> address; each answers in RV(reachable) whether its O(probe_port) accepts a
+        TCP connection within 2 seconds (the watch asks when a run stalls, to name a node cut off the network).
+    type: dict
+    default: {}
+  probe_port:
+    description: The port O(probe) tries (sshd's).
+    type: int
+    default: 22
   done:
     description: Write C(control/DONE), telling the watching agents that the run ended well.
     type: bool
@@ -71,6 +81,14 @@ ranks:
   description: The last metrics record of every rank, by rank.
   returned: always
   type: dict
+logs_mtime:
+  description: The newest write to the run's logs (C(logs/*.log)), as a Unix time, or null.
+  returned: always
+  type: float
+reachable:
+  description: Per node of O(probe), C(ok) and C(error).
+  returned: always
+  type: dict
 done_ranks:
   description: Ranks that wrote their final record.
   returned: always
@@ -85,6 +103,7 @@ now:
 import glob
 import json
 import os
+import socket
 import re
 import time
 
@@ -117,6 +136,8 @@ def main():
             touch_lease=dict(type="bool", default=False),
             abort=dict(type="str"),
             done=dict(type="bool", default=False),
+            probe=dict(type="dict", default={}),
+            probe_port=dict(type="int", default=22),
         ),
         supports_check_mode=True,
     )
@@ -156,8 +177,21 @@ def main():
             ranks[str(rank)] = recs[-1]
         if any(r.get("event") == "done" for r in recs):
             done.append(rank)
+    logs = glob.glob(os.path.join(run_dir, "logs", "*.log"))
+    logs_mtime = max([os.path.getmtime(x) for x in logs if os.path.exists(x)] or [0]) or None
+    reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
     module.exit_json(changed=changed, nodes=nodes, abort=_load(os.path.join(control, "ABORT")), ranks=ranks,
-                     done_ranks=sorted(done), now=time.time())
+                     done_ranks=sorted(done), now=time.time(), logs_mtime=logs_mtime, reachable=reachable)
+
+
+def _reach(addr, port, timeout=2.0):
+    """Does ``addr:port`` accept a TCP connection from here within ``timeout``?"""
+    try:
+        sock = socket.create_connection((str(addr), port), timeout=timeout)
+        sock.close()
+        return {"ok": True, "error": None}
+    except (OSError, ValueError) as exc:
+        return {"ok": False, "error": str(exc) or type(exc).__name__}
 
 
 if __name__ == "__main__":

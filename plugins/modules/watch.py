@@ -17,8 +17,9 @@ description:
     (normally the coordinator). It polls M(multinode.deepspeed.run_status) every O(poll_interval) seconds,
     prints a progress line (step/total, loss, tokens/s, samples/s, ETA and every node's heartbeat) every
     O(progress_interval) seconds, and renews the controller's lease.
-  - When a rank exits non-zero, a node's heartbeat stops for O(heartbeat_timeout) seconds, the run
-    outlives O(timeout), or the controller is interrupted (Ctrl-C), it writes the abort record that makes
+  - When a rank exits non-zero, a node's heartbeat stops for O(heartbeat_timeout) seconds, no rank makes
+    progress for O(stall_timeout) seconds, the run outlives O(timeout), or the controller is interrupted
+    (Ctrl-C), it writes the abort record that makes
     every node's agent kill the run's processes, and waits until every node reports it stopped.
   - The task never fails by itself; it returns C(status) (C(success) or C(failed)) and the reason, so that
     the play can collect the run's logs before it fails.
@@ -67,6 +68,21 @@ options:
     description: Abort the run after this many seconds (0 means no limit).
     type: float
     default: 0
+  stall_timeout:
+    description:
+      - Abort the run when no rank finished a step for this many seconds. Unset, it is ten times the median step
+        time the ranks report, at least 45 s. Without metrics (a user's script), the signal is the newest write
+        to the ranks' logs.
+    type: float
+  startup_timeout:
+    description: Seconds allowed before the first step (model load, DeepSpeed's init, the first collective).
+    type: float
+    default: 300
+  addresses:
+    description:
+      - Rank node -> its address. When the run stalls, the watched host tries each one's SSH port, and the nodes
+        that do not answer are named first (a cut network or a lost node).
+    type: dict
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
