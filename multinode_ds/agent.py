@@ -89,24 +89,37 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def kill_all(run_id: str, own: set, pgid: int | None, grace: float = 3.0) -> None:
-    """SIGTERM the run's processes on this node, SIGKILL what is left after ``grace``."""
-    def signal_all(sig):
+def _pgid(pid: int):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def kill_all(run_id: str, own: set, pgid: int | None, grace: float = 3.0, launcher_signal=signal.SIGTERM) -> None:
+    """SIGTERM the run's processes on this node, SIGKILL what is left after ``grace``.
+
+    ``launcher_signal``: what the launcher's process group gets first.  SIGKILL for DeepSpeed's pdsh launcher:
+    its SIGTERM handler runs ``pkill -f 'python -u -m deepspeed.launcher.launch'`` on every node, which kills
+    every run's launchers there, not only this run's (each node's agent stops this run's ranks by its marker)."""
+    def signal_all(sig, group_sig):
         if pgid:
             try:
-                os.killpg(pgid, sig)
+                os.killpg(pgid, group_sig)
             except OSError:
                 pass
         for pid in run_pids(run_id, exclude=own):
+            if pgid and group_sig != sig and _pgid(pid) == pgid:
+                continue  # the launcher's group had its own signal
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
-    signal_all(signal.SIGTERM)
+    signal_all(signal.SIGTERM, launcher_signal)
     deadline = time.time() + grace
     while time.time() < deadline and run_pids(run_id, exclude=own):
         time.sleep(0.2)
-    signal_all(signal.SIGKILL)
+    signal_all(signal.SIGKILL, signal.SIGKILL)
     deadline = time.time() + grace
     while time.time() < deadline and run_pids(run_id, exclude=own):
         time.sleep(0.2)
@@ -123,6 +136,7 @@ class Agent:
         self.grace = args.grace
         self.max_time = args.max_time
         self.sweep_after = args.sweep_after
+        self.stop_signal = args.stop_signal
         self.control = self.run_dir / "control"
         self.nodes = self.run_dir / "nodes"
         self.log_path = self.run_dir / "nodes" / f"{self.host}.launcher.log"
@@ -241,7 +255,8 @@ class Agent:
                 while time.time() < deadline and run_pids(self.run_id, exclude=self.own):
                     self.beat(state="stopping", reason=reason)
                     time.sleep(min(self.interval, 0.5))
-            kill_all(self.run_id, self.own, self.child.pid if self.child else None)
+            kill_all(self.run_id, self.own, self.child.pid if self.child else None,
+                     launcher_signal=signal.Signals["SIG" + self.stop_signal])
             if self.child is not None:
                 try:
                     self.child.wait(timeout=5)
@@ -272,6 +287,9 @@ def parse_args(argv=None):
     p.add_argument("--sweep-after", type=float, default=0.0,
                    help="a watcher (no CMD) waits this long for the run's processes to end by themselves after an "
                         "abort (a scheduler's cancel), then kills what is left")
+    p.add_argument("--stop-signal", default="TERM", choices=["TERM", "INT", "KILL"],
+                   help="the first signal to the launcher's process group when the run stops (KILL for "
+                        "DeepSpeed's pdsh launcher, whose SIGTERM handler pkills every run's launchers)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the node's launcher command")
     args = p.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":

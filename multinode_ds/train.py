@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import checkpoints
 from . import data as data_mod
 from . import ds_config as dsc
 from .models import REGISTRY, build_model, get_spec
@@ -72,13 +73,23 @@ def plan(args) -> dict:
                         f"the shared directory, or pass a Hugging Face hub id.")
     if args.steps < 1:
         raise PlanError(f"steps={args.steps}; a run needs at least one step. Fix: -e steps=30")
+    resume = None
+    if args.resume:
+        try:
+            resume = checkpoints.choose(args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints"))
+        except checkpoints.CheckpointError as exc:
+            raise PlanError(str(exc)) from None
+        if resume["step"] >= args.steps:
+            raise PlanError(f"resume=true from {resume['tag']} (step {resume['step']}) with steps={args.steps}: "
+                            f"nothing left to train. Fix: -e steps=<more than {resume['step']}>")
     n_params = spec.n_params()
     on_cpu = os.environ.get("DS_ACCELERATOR", "") == "cpu" or args.device_memory_gib is None
     stage = 1 if on_cpu else 3
     need = dsc.estimate_bytes_per_rank(n_params, args.world_size, stage, bf16=not on_cpu,
                                        offload_optimizer=not on_cpu) / dsc.GIB
     out = {"model": spec.name, "family": spec.family, "n_params": n_params, "world_size": args.world_size,
-           "zero_stage": stage, "estimated_gib_per_rank": round(need, 2), "memory_gib_per_rank": args.memory_gib}
+           "zero_stage": stage, "estimated_gib_per_rank": round(need, 2), "memory_gib_per_rank": args.memory_gib,
+           "resume": resume}
     if args.memory_gib is not None and need > args.memory_gib:
         raise PlanError(
             f"model {spec.name} ({n_params / 1e9:.2f}B parameters) needs about {need:.1f} GiB per rank for weights, "
@@ -227,10 +238,17 @@ def main(argv=None) -> int:
             json.dump(config, fh, indent=2, sort_keys=True)
     ckpt_dir = args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
     start_step = 0
+    resumed = None
     if args.resume:
-        load_path, client = engine.load_checkpoint(ckpt_dir)
-        if load_path is not None:
-            start_step = int((client or {}).get("step", 0))
+        # The same choice as the dry run's: latest when it is whole, else the newest whole tag.
+        resumed = checkpoints.choose(ckpt_dir)
+        if rank == 0:
+            for skip in resumed["skipped"]:
+                print(f"multinode_ds: skipping checkpoint {skip['tag']}: {skip['why']}", flush=True)
+        load_path, client = engine.load_checkpoint(ckpt_dir, tag=resumed["tag"])
+        if load_path is None:
+            raise RuntimeError(f"DeepSpeed could not load checkpoint {resumed['tag']} from {ckpt_dir}")
+        start_step = int((client or {}).get("step", resumed["step"]))
         if rank == 0:
             print(f"multinode_ds: resumed from {load_path} at step {start_step}", flush=True)
 
@@ -238,6 +256,8 @@ def main(argv=None) -> int:
     metrics.write({"event": "start", "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
                    "machine": socket.gethostname(),
                    "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time(),
+                   "resumed_from": resumed and resumed["tag"],
+                   "skipped_checkpoints": resumed and resumed["skipped"],
                    "process_start": process_start_time()})
     if rank == 0:
         print(f"multinode_ds: training {spec.name} ({n_params / 1e6:.2f}M params) on {world} ranks, "

@@ -8,6 +8,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import secrets
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
@@ -55,6 +56,7 @@ class ActionModule(ActionBase):
             if var in task_vars and task_vars[var] is not None:
                 settings[key] = self._templar.template(task_vars[var])
         settings["hf_token_set"] = "hf_token" in task_vars
+        settings["run_nonce"] = secrets.token_hex(2)
         settings.update(args.get("settings") or {})
         if "resume" in settings:
             settings["resume"] = flag(settings["resume"])

@@ -28,7 +28,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
-                             "timeout", "stall_timeout", "startup_timeout", "addresses"))
+                             "timeout", "stall_timeout", "startup_timeout", "addresses", "lock"))
 
     def _status(self, task_vars, **kw):
         args = dict(run_dir=self._task.args["run_dir"], touch_lease=True)
@@ -165,6 +165,11 @@ class ActionModule(ActionBase):
         finally:
             # Reached with the verdict in (or after the interrupt above released it): nothing more to write.
             self._release_switch(switch or None, reason=ENDED)
+            if args.get("lock"):
+                try:
+                    self._status(task_vars, release=args["lock"])
+                except Exception:  # pylint: disable=broad-except
+                    pass  # a lock whose run's lease went stale is taken over by the next run
             restore_signals(previous)
         result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}),
                       abort=status.get("abort"), ranks=status.get("ranks", {}),

@@ -147,7 +147,10 @@ def plan(settings, workers, coordinators, now):
         problems.append(str(exc))
         backend = None
     backend_options = backend.options(settings, problems) if backend else {}
-    run_id = settings.get("run_id") or "%s-%s" % (now.strftime("%Y%m%d-%H%M%S"), job["model"])
+    # The default id: the UTC time to the millisecond and the action's random nonce, so that two runs started in
+    # the same second (two terminals, a scheduler) never share a directory.
+    run_id = settings.get("run_id") or "%s-%03d%s-%s" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000,
+                                                          settings.get("run_nonce") or "", job["model"])
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
                         "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
@@ -202,6 +205,8 @@ def plan(settings, workers, coordinators, now):
     job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
     job["env"] = rank_env(job, settings, master.get("env") or {})
     job["program"] = program(job, settings)
+    # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
+    job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None
     problems = backend.check(job)
     if problems:
         raise JobError("; ".join(problems))

@@ -101,6 +101,12 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
     if coordinator is not None and (coordinator in hosts or on_coordinator):
         problems.append("the coordinator %s ran ranks %s" % (
             coordinator, hosts.get(coordinator) or on_coordinator))
+    # A resumed run: the step it started from, the checkpoint it loaded and the torn ones it skipped (rank 0's).
+    start0 = next((r for r in records_by_rank.get(0, []) if r.get("event") == "start"), {})
+    resume = None
+    if start0.get("resumed_from"):
+        resume = {"from_tag": start0["resumed_from"], "start_step": start0.get("start_step"),
+                  "skipped": start0.get("skipped_checkpoints") or []}
     ordered = [steps[k] for k in sorted(steps)]
     losses = [r["loss"] for r in ordered if r.get("loss") is not None]
     tps = [r["tokens_per_sec"] for r in ordered if r.get("tokens_per_sec")]
@@ -119,6 +125,7 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
         "loss_fell": bool(losses) and losses[-1] < losses[0],
         "mean_tokens_per_sec": (sum(tps) / len(tps)) if tps else None,
         "wall_time": wall_time,
+        "resume": resume,
     }
 
 

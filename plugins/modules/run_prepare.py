@@ -16,6 +16,9 @@ description:
   - Checks first, writing nothing - the run id is new (its directory has no hostfile yet; one a failed preflight left
     is reused), the user's script exists, and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
     config and memory.
+  - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
+    C(<checkpoint_dir>.lock) names a run whose controller renewed its lease in the last minute, and that is not
+    done); writing takes the lock (the watch gives it back when the run ends).
   - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
     hostfile, the C(.deepspeed_env) DeepSpeed's launcher exports to every rank (strictly C(KEY=VALUE) lines) and the
     controller's lease (C(control/lease)) the agents watch.
@@ -75,9 +78,63 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 
+LEASE_ALIVE = 60.0
+
+
+def lock_holder(job):
+    """The live run that holds the job's checkpoint directory, or None (no lock, ours, or its run is over: DONE,
+    or its controller's lease older than a minute)."""
+    path = job.get("checkpoint_lock")
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        with open(path) as fh:
+            holder = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if holder.get("run_id") == job["run_id"]:
+        return None
+    control = os.path.join(holder.get("run_dir") or "", "control")
+    try:
+        age = time.time() - os.stat(os.path.join(control, "lease")).st_mtime
+    except OSError:
+        return None
+    if os.path.exists(os.path.join(control, "DONE")) or age > LEASE_ALIVE:
+        return None
+    holder["lease_age"] = age
+    return holder
+
+
+def lock_message(job, holder, where):
+    return ("checkpoint directory %s is in use by run %s (its controller renewed its lease %.0fs ago; on %s). "
+            "Fix: wait for %s to end or stop it, or train another model (-e model=...)" % (
+                job["checkpoint_dir"], holder.get("run_id"), holder.get("lease_age", 0), where, holder.get("run_id")))
+
+
+def take_lock(module, job, where):
+    """Hold the checkpoint directory for this run (a stale holder's lock is replaced)."""
+    path = job["checkpoint_lock"]
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = json.dumps({"run_id": job["run_id"], "run_dir": job["run_dir"], "time": time.time()}) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        holder = lock_holder(job)
+        if holder is not None:
+            module.fail_json(msg=lock_message(job, holder, where))
+        write_file(path, data)
+        return path
+    with os.fdopen(fd, "w") as fh:
+        fh.write(data)
+    return path
+
+
 def fail_checks(module, job):
     """The checks, in order; each failure names the value and the fix."""
     where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
+    holder = lock_holder(job)
+    if holder is not None:
+        module.fail_json(msg=lock_message(job, holder, where))
     if os.path.exists(os.path.join(job["run_dir"], "hostfile")):
         module.fail_json(msg="run_id=%s exists already (%s on %s). Fix: pick another -e run_id, or leave it out for a "
                              "new one." % (job["run_id"], job["run_dir"], where))
@@ -132,6 +189,9 @@ def main():
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         write_file(path, text, 0o755 if text.startswith("#!") else 0o644)
         result["written"].append(path)
+    if job.get("checkpoint_lock"):
+        where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
+        result["written"].append(take_lock(module, job, where))
     files = {
         "hostfile": job["hostfile"],
         # Strictly KEY=VALUE lines (the plan checked them): a blank line or a comment breaks DeepSpeed's launcher.

@@ -37,6 +37,9 @@ options:
         TCP connection within 2 seconds (the watch asks when a run stalls, to name a node cut off the network).
     type: dict
     default: {}
+  release:
+    description: A checkpoint lock to give back (removed when it names this run).
+    type: path
   probe_port:
     description: The port O(probe) tries (sshd's).
     type: int
@@ -137,6 +140,7 @@ def main():
             abort=dict(type="str"),
             done=dict(type="bool", default=False),
             probe=dict(type="dict", default={}),
+            release=dict(type="path"),
             probe_port=dict(type="int", default=22),
         ),
         supports_check_mode=True,
@@ -159,6 +163,12 @@ def main():
         if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
             with open(os.path.join(control, "DONE"), "w") as fh:
                 fh.write("%f\n" % time.time())
+            changed = True
+    if p["release"] and not module.check_mode:
+        # The run's checkpoint lock, given back when it holds this run's id.
+        holder = _load(p["release"]) or {}
+        if holder.get("run_id") == os.path.basename(run_dir.rstrip("/")):
+            os.remove(p["release"])
             changed = True
     nodes = {}
     for path in glob.glob(os.path.join(run_dir, "nodes", "*.json")):

@@ -83,6 +83,9 @@ options:
       - Rank node -> its address. When the run stalls, the watched host tries each one's SSH port, and the nodes
         that do not answer are named first (a cut network or a lost node).
     type: dict
+  lock:
+    description: The run's checkpoint lock (M(multinode.deepspeed.run_prepare) took it), given back when the watch ends.
+    type: path
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:

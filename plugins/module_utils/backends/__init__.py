@@ -49,6 +49,8 @@ class Backend(object):
     # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
     # stopping its job) before it kills them; 0: at once.
     sweep_after = 0
+    # The first signal the agent gives the launcher's process group when the run stops.
+    stop_signal = "TERM"
     SETTINGS = {}
 
     def options(self, settings, problems):
@@ -105,6 +107,8 @@ class Backend(object):
                 "--host", node, "--max-time", str(job["timeout"])]
         if not launch and self.sweep_after:
             argv += ["--sweep-after", str(self.sweep_after)]
+        if launch and self.stop_signal != "TERM":
+            argv += ["--stop-signal", self.stop_signal]
         return argv + (["--"] + list(launch) if launch else [])
 
     def describe(self, job):

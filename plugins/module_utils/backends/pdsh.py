@@ -14,6 +14,10 @@ class PdshBackend(backends.Backend):
     NAME = "pdsh"
     DESCRIPTION = "DeepSpeed's launcher on the coordinator, SSH to the workers"
     ranks_over_ssh = True
+    # DeepSpeed's runner answers SIGTERM with `pdsh ... pkill -f 'python -u -m deepspeed.launcher.launch'`, which
+    # kills every run's launchers on the nodes: the agent kills it outright, and each node's agent stops this
+    # run's ranks by their marker.
+    stop_signal = "KILL"
 
     def launchers(self, job):
         return list(job["coordinators"][:1])

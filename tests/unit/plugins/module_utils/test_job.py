@@ -21,8 +21,11 @@ WORKERS = {"worker1": worker("10.89.0.11"), "worker2": worker("10.89.0.12")}
 
 def test_default_job_on_two_cpu_workers():
     job = plan({}, WORKERS, ["coord"], NOW)
-    assert job["run_id"] == "20261123-170005-llama-tiny"
-    assert job["run_dir"] == "/srv/multinode-deepspeed/runs/20261123-170005-llama-tiny"
+    assert job["run_id"] == "20261123-170005-000-llama-tiny"
+    assert job["run_dir"] == "/srv/multinode-deepspeed/runs/20261123-170005-000-llama-tiny"
+    # Two runs in the same second: the milliseconds and the job_plan action's random nonce tell them apart.
+    same_second = plan({"run_nonce": "a1f3"}, WORKERS, ["coord"], NOW.replace(microsecond=250000))
+    assert same_second["run_id"] == "20261123-170005-250a1f3-llama-tiny"
     assert job["checkpoint_dir"] == "/srv/multinode-deepspeed/checkpoints/llama-tiny"
     assert job["hostfile"] == "worker1 slots=1\nworker2 slots=1\n"
     master = (job["world_size"], job["master"], job["master_addr"], job["master_port"])

@@ -106,6 +106,8 @@ def test_pdsh_agent_argv_for_the_launcher_and_the_watchers():
     coord = launch["agent_argv"]["coord"]
     assert coord[:5] == head and value_of(coord, "--host") == "coord" and value_of(coord, "--max-time") == "900"
     assert coord[coord.index("--") + 1:] == launch["argv"]["coord"]
+    # DeepSpeed's pdsh runner answers SIGTERM by pkilling every run's launchers: its agent stops it with SIGKILL.
+    assert value_of(coord, "--stop-signal") == "KILL"
     for host in ("worker1", "worker2"):
         argv = launch["agent_argv"][host]
         assert "--" not in argv
@@ -121,6 +123,7 @@ def test_ssh_free_agent_argv_all_launch():
         assert argv.count("--") == 1
         assert argv[argv.index("--") + 1:] == launch["argv"][host]
         assert argv[argv.index("--") + 1].endswith("/bin/deepspeed")
+        assert "--stop-signal" not in argv[:argv.index("--")]
     assert value_of(launch["agent_argv"]["worker2"], "--node_rank") == "1"
 
 

@@ -92,3 +92,14 @@ def test_a_one_worker_fallback_to_the_coordinator_is_caught_by_its_machine_name(
     s = summarize("r1", {0: recs}, expected_world_size=1, launcher_rc=0, coordinator="coord",
                   rank_hosts={0: "gpu-a1"}, coordinator_machine="headnode")
     assert s["status"] == "success", s["problems"]
+
+
+def test_a_resumed_run_records_where_it_started():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import summarize as summ
+    recs = {0: [{"event": "start", "rank": 0, "world_size": 1, "host": "w1", "start_step": 5, "resumed_from": "step5",
+                 "skipped_checkpoints": [{"tag": "step10", "why": "torn"}]},
+                {"event": "step", "step": 6, "loss": 1.0, "step_time": 0.1, "host": "w1"},
+                {"event": "done", "rank": 0}]}
+    s = summ("r", recs, expected_world_size=1, launcher_rc=0)
+    assert s["resume"] == {"from_tag": "step5", "start_step": 5, "skipped": [{"tag": "step10", "why": "torn"}]}
+    assert summ("r", {0: recs[0][1:]}, expected_world_size=1, launcher_rc=0)["resume"] is None

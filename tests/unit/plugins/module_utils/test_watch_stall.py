@@ -37,8 +37,8 @@ def test_ranks_behind_are_named():
 def test_before_the_first_step_the_startup_allowance_counts():
     status = {"ranks": {"0": {"event": "start", "rank": 0, "time": 905.0}}}
     assert stalled(status, now=1150.0, started_at=900.0) is None
-    assert "no rank finished its first step for 301s (limit 300s)" in stalled(status, now=1201.0,
-                                                                                started_at=900.0)["reason"]
+    got = stalled(status, now=1201.0, started_at=900.0)
+    assert "no rank finished its first step for 301s (limit 300s)" in got["reason"]
 
 
 def test_a_users_script_is_judged_by_its_logs():
@@ -62,8 +62,8 @@ def test_every_node_answers_so_a_collective_hung():
 
 @pytest.mark.parametrize("value", ["5", "soon", "-1"])
 def test_stall_timeout_is_checked(value):
-    workers = {"w1": {"slots": 1, "address": "10.0.0.1", "env": {}}, "w2": {"slots": 1, "address": "10.0.0.2",
-                                                                           "env": {}}}
+    workers = {"w1": {"slots": 1, "address": "10.0.0.1", "env": {}},
+               "w2": {"slots": 1, "address": "10.0.0.2", "env": {}}}
     with pytest.raises(JobError) as err:
         plan({"stall_timeout": value}, workers, ["coord"], datetime.datetime(2026, 11, 23))
     assert "stall_timeout=%s must be a whole number >= 10" % value in str(err.value)

@@ -130,3 +130,32 @@ def test_the_trainer_printing_no_json_gives_an_empty_plan(tmp_path, run_module):
     job = make_job(tmp_path, metrics=True, dry_run=[sys.executable, "-c", "print('not json')"])
     res = run_module(run_prepare, {"job": job, "write": False})
     assert res["dry_run"] == {}
+
+
+def lock_job(tmp_path, run_id):
+    return make_job(tmp_path, run_id=run_id, run_dir=str(tmp_path / "shared" / "runs" / run_id),
+                    checkpoint_dir=str(tmp_path / "shared" / "checkpoints" / "llama-tiny"),
+                    checkpoint_lock=str(tmp_path / "shared" / "checkpoints" / "llama-tiny.lock"))
+
+
+def test_a_second_run_on_the_same_checkpoints_fails_naming_the_first(tmp_path, run_module):
+    first = lock_job(tmp_path, "run-a")
+    assert run_module(run_prepare, {"job": first})["changed"] is True
+    assert '"run_id": "run-a"' in open(first["checkpoint_lock"]).read()
+    res = run_module(run_prepare, {"job": lock_job(tmp_path, "run-b")})
+    assert res["failed"] is True
+    assert res["msg"].startswith("checkpoint directory %s is in use by run run-a" % first["checkpoint_dir"])
+    assert "Fix: wait for run-a to end or stop it" in res["msg"]
+    assert not os.path.exists(os.path.join(str(tmp_path / "shared" / "runs" / "run-b"), "hostfile"))
+
+
+def test_a_lock_whose_run_ended_or_went_silent_is_taken_over(tmp_path, run_module):
+    first = lock_job(tmp_path, "run-a")
+    run_module(run_prepare, {"job": first})
+    lease = os.path.join(first["run_dir"], "control", "lease")
+    os.utime(lease, (os.path.getmtime(lease) - 120, os.path.getmtime(lease) - 120))
+    second = lock_job(tmp_path, "run-b")
+    assert run_module(run_prepare, {"job": second})["changed"] is True
+    assert '"run_id": "run-b"' in open(second["checkpoint_lock"]).read()
+    open(os.path.join(second["run_dir"], "control", "DONE"), "w").close()
+    assert run_module(run_prepare, {"job": lock_job(tmp_path, "run-c")})["changed"] is True

@@ -1,0 +1,68 @@
+"""Which checkpoint a resumed run loads, checked without torch.
+
+DeepSpeed writes one directory per tag under the checkpoint directory (``step<N>`` here) and a ``latest`` file
+naming the newest tag.  A tag is usable when its model-states files are whole: every ``*.pt`` file of the tag is a
+non-empty zip archive whose central directory (written last) is there.  A run that died while saving leaves a
+torn tag, or a ``latest`` naming a tag that was never finished.
+
+``choose(ckpt_dir)`` returns the tag to load: ``latest``'s when it is whole, else the newest whole tag, with the
+torn ones it skipped and why; CheckpointError when there is none.  The dry run (on the coordinator, before the
+launch) and every rank (at load time) call it, so they agree.
+"""
+from __future__ import annotations
+
+import re
+import zipfile
+from pathlib import Path
+
+STEP = re.compile(r"step(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """No checkpoint to resume from; the message names the directory, the files and the fix."""
+
+
+def tag_problem(tag_dir: Path) -> str | None:
+    """Why the tag cannot be loaded, or None."""
+    if not tag_dir.is_dir():
+        return "%s does not exist" % tag_dir
+    files = sorted(tag_dir.glob("*.pt"))
+    if not any(f.name.startswith("mp_rank_") and f.name.endswith("_model_states.pt") for f in files):
+        return "%s has no mp_rank_*_model_states.pt" % tag_dir
+    for f in files:
+        if f.stat().st_size == 0:
+            return "%s is empty" % f
+        try:
+            with zipfile.ZipFile(f) as z:
+                z.namelist()
+        except (zipfile.BadZipFile, OSError) as exc:
+            return "%s is torn (%s)" % (f, exc)
+    return None
+
+
+def step_of(tag: str) -> int:
+    m = STEP.search(tag)
+    return int(m.group(1)) if m else -1
+
+
+def choose(ckpt_dir) -> dict:
+    """``{"tag", "step", "skipped": [{"tag", "why"}]}`` or CheckpointError."""
+    root = Path(ckpt_dir)
+    latest = None
+    try:
+        latest = (root / "latest").read_text().strip() or None
+    except OSError:
+        pass
+    tags = sorted((p.name for p in root.glob("*") if p.is_dir()), key=lambda t: (step_of(t), t), reverse=True)
+    order = ([latest] if latest else []) + [t for t in tags if t != latest]
+    skipped = []
+    for tag in order:
+        why = tag_problem(root / tag)
+        if why is None:
+            return {"tag": tag, "step": step_of(tag), "skipped": skipped}
+        skipped.append({"tag": tag, "why": why})
+    if not order:
+        raise CheckpointError("resume=true but %s holds no checkpoint (no 'latest', no tag directory). Fix: run "
+                              "without -e resume=true, or resume the model whose checkpoints are there" % root)
+    raise CheckpointError("resume=true but no checkpoint in %s can be loaded: %s. Fix: remove the torn tags, or "
+                          "run without -e resume=true" % (root, "; ".join(s["why"] for s in skipped)))

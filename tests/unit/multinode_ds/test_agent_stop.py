@@ -1,0 +1,50 @@
+"""The agent stops only its own run: the launcher's group gets the backend's signal, the run's other processes
+SIGTERM, and a process of another run is left alone."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from multinode_ds import agent
+
+# A stand-in for DeepSpeed's pdsh runner: on SIGTERM it would pkill every run's launchers.
+LAUNCHER = ("import signal,sys,time,pathlib\n"
+            "def h(*a):\n    pathlib.Path(sys.argv[1]).write_text('TERM handler ran'); sys.exit(1)\n"
+            "signal.signal(signal.SIGTERM, h)\n"
+            "time.sleep(60)\n")
+
+
+def spawn(run_id, code, *args, new_session=True):
+    env = dict(os.environ, MULTINODE_DS_RUN_ID=run_id)
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, start_new_session=new_session)
+
+
+def test_the_launchers_group_is_killed_outright_and_other_runs_live(tmp_path):
+    mark = tmp_path / "handler"
+    launcher = spawn("run-a", LAUNCHER, str(mark))
+    rank = spawn("run-a", "import time; time.sleep(60)")
+    other = spawn("run-b", "import time; time.sleep(60)")
+    time.sleep(0.5)
+    try:
+        agent.kill_all("run-a", {os.getpid()}, launcher.pid, grace=2.0, launcher_signal=signal.SIGKILL)
+        assert launcher.wait(5) == -signal.SIGKILL and not mark.exists()
+        assert rank.wait(5) == -signal.SIGTERM
+        assert other.poll() is None
+    finally:
+        for p in (launcher, rank, other):
+            if p.poll() is None:
+                p.kill()
+
+
+def test_by_default_the_launcher_gets_sigterm(tmp_path):
+    mark = tmp_path / "handler"
+    launcher = spawn("run-c", LAUNCHER, str(mark))
+    time.sleep(0.5)
+    try:
+        agent.kill_all("run-c", {os.getpid()}, launcher.pid, grace=2.0)
+        launcher.wait(5)
+        assert mark.read_text() == "TERM handler ran"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()

@@ -1,0 +1,78 @@
+"""Which checkpoint a resume loads (multinode_ds/checkpoints.py), and the dry run's verdict on it."""
+import zipfile
+
+import pytest
+
+from multinode_ds import checkpoints, train
+
+
+def tag(root, name, torn=False, empty=False):
+    d = root / name
+    d.mkdir(parents=True)
+    for f in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"):
+        path = d / f
+        if empty:
+            path.write_bytes(b"")
+            continue
+        with zipfile.ZipFile(path, "w") as z:  # torch.save's format is a zip archive
+            z.writestr("archive/data.pkl", b"x" * 2000)
+        if torn:
+            path.write_bytes(path.read_bytes()[:600])  # the central directory, written last, is gone
+    return d
+
+
+def test_latest_when_it_is_whole(tmp_path):
+    tag(tmp_path, "step5")
+    tag(tmp_path, "step10")
+    (tmp_path / "latest").write_text("step10")
+    assert checkpoints.choose(tmp_path) == {"tag": "step10", "step": 10, "skipped": []}
+
+
+def test_a_torn_latest_falls_back_to_the_previous_whole_tag(tmp_path):
+    tag(tmp_path, "step5")
+    tag(tmp_path, "step10", torn=True)
+    (tmp_path / "latest").write_text("step10")
+    got = checkpoints.choose(tmp_path)
+    assert got["tag"] == "step5" and got["step"] == 5
+    assert got["skipped"][0]["tag"] == "step10" and "is torn" in got["skipped"][0]["why"]
+
+
+def test_latest_naming_a_tag_that_was_never_written(tmp_path):
+    tag(tmp_path, "step5")
+    (tmp_path / "latest").write_text("step10")
+    got = checkpoints.choose(tmp_path)
+    assert got["tag"] == "step5" and got["skipped"] == [{"tag": "step10", "why": "%s does not exist" % (
+        tmp_path / "step10")}]
+
+
+def test_no_checkpoint_at_all(tmp_path):
+    with pytest.raises(checkpoints.CheckpointError) as err:
+        checkpoints.choose(tmp_path / "llama-tiny")
+    assert "holds no checkpoint" in str(err.value) and "Fix: run without -e resume=true" in str(err.value)
+
+
+def test_only_torn_ones(tmp_path):
+    tag(tmp_path, "step5", empty=True)
+    with pytest.raises(checkpoints.CheckpointError) as err:
+        checkpoints.choose(tmp_path)
+    assert "mp_rank_00_model_states.pt is empty" in str(err.value)
+
+
+def test_the_dry_run_refuses_a_resume_without_a_checkpoint(tmp_path, capsys):
+    rc = train.main(["--dry-run", "--model", "llama-tiny", "--run-dir", str(tmp_path / "run"), "--resume",
+                     "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", "10"])
+    assert rc == 2 and "resume=true but" in capsys.readouterr().err
+
+
+def test_the_dry_run_says_which_tag_it_resumes(tmp_path, capsys):
+    tag(tmp_path / "ckpt", "step5")
+    rc = train.main(["--dry-run", "--model", "llama-tiny", "--run-dir", str(tmp_path / "run"), "--resume",
+                     "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", "10"])
+    assert rc == 0 and '"resume": {"skipped": [], "step": 5, "tag": "step5"}' in capsys.readouterr().out
+
+
+def test_nothing_left_to_train(tmp_path, capsys):
+    tag(tmp_path / "ckpt", "step10")
+    rc = train.main(["--dry-run", "--model", "llama-tiny", "--run-dir", str(tmp_path / "run"), "--resume",
+                     "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", "10"])
+    assert rc == 2 and "nothing left to train" in capsys.readouterr().err
