@@ -16,7 +16,7 @@ from ansible.utils.display import Display
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, blame_stall, decide, ignore_signals, progress_line,
-    restore_signals, stalled, trap_stop_signals)
+    restore_signals, stalled, trap_stop_signals, unreachable)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -127,11 +127,11 @@ class ActionModule(ActionBase):
                     # Whom to blame: a node the coordinator cannot reach any more comes first.
                     probe = self._status(task_vars, probe=addresses)["reachable"] if addresses else {}
                     reason = blame_stall(stall, probe)
-                    action = ("abort", reason)
+                    action = ("abort", reason, unreachable(probe))
                     verdict = STOPPING
                 if action and action[0] == "abort":
                     display.display("[%s] stopping the run on every node: %s" % (host, action[1]), color="red")
-                    status = self._status(task_vars, abort=action[1])
+                    status = self._status(task_vars, abort=action[1], lost=list(action[2]) if len(action) > 2 else [])
                 elif action and action[0] == "done":
                     self._status(task_vars, done=True)
                 line = progress_line(status, now, total)

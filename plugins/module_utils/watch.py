@@ -30,7 +30,7 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
 
     Returns ``(verdict, reason, action)``: verdict is RUNNING, STOPPING (an abort is under
     way; keep polling until every node stopped), SUCCESS or FAILED; action is None,
-    ``("abort", reason)`` or ``("done", None)``.
+    ``("abort", reason)``, ``("abort", reason, [lost nodes])`` or ``("done", None)``.
     """
     nodes = status.get("nodes") or {}
     abort = status.get("abort")
@@ -44,7 +44,7 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
     if missing:
         if started_at is not None and now - started_at > start_timeout:
             reason = "no agent started on %s within %ds" % (", ".join(missing), start_timeout)
-            return STOPPING, reason, ("abort", reason)
+            return STOPPING, reason, ("abort", reason, list(missing))
         return RUNNING, None, None
     for host in expected_nodes:
         beat = nodes[host]
@@ -52,7 +52,7 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
             continue
         if not _alive(beat, now, heartbeat_timeout):
             reason = "node %s stopped answering (no heartbeat for %.0fs)" % (host, now - beat.get("time", 0))
-            return STOPPING, reason, ("abort", reason)
+            return STOPPING, reason, ("abort", reason, [host])
     launcher_states = [nodes[h] for h in launchers]
     if launcher_states and all(b.get("state") == "finished" for b in launcher_states):
         codes = [b.get("exit_code") for b in launcher_states]
@@ -123,10 +123,14 @@ def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, 
             "silent_for": silent, "limit": limit, "behind": behind}
 
 
+def unreachable(reachable):
+    return sorted(h for h, r in (reachable or {}).items() if not r.get("ok"))
+
+
 def blame_stall(stall, reachable):
     """The stall's reason with its likely cause first: the nodes the coordinator cannot reach (a cut network, a
     lost node), else a hung collective on the nodes whose ranks are behind."""
-    lost = sorted(h for h, r in (reachable or {}).items() if not r.get("ok"))
+    lost = unreachable(reachable)
     if lost:
         return "%s: %s, so the run stalled (%s)" % (
             ", ".join(lost), "; ".join("%s does not answer on the cluster network (%s)" % (h, reachable[h]["error"])

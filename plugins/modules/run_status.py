@@ -37,6 +37,11 @@ options:
         TCP connection within 2 seconds (the watch asks when a run stalls, to name a node cut off the network).
     type: dict
     default: {}
+  lost:
+    description: With O(abort), the nodes the run lost (no heartbeat, or unreachable): the summary names them first.
+    type: list
+    elements: str
+    default: []
   release:
     description: A checkpoint lock to give back (removed when it names this run).
     type: path
@@ -141,6 +146,7 @@ def main():
             done=dict(type="bool", default=False),
             probe=dict(type="dict", default={}),
             release=dict(type="path"),
+            lost=dict(type="list", elements="str", default=[]),
             probe_port=dict(type="int", default=22),
         ),
         supports_check_mode=True,
@@ -158,7 +164,7 @@ def main():
         abort_path = os.path.join(control, "ABORT")
         if p["abort"] and not os.path.exists(abort_path):
             with open(abort_path, "w") as fh:
-                json.dump({"reason": p["abort"], "host": "controller", "time": time.time()}, fh)
+                json.dump({"reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"]}, fh)
             changed = True
         if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
             with open(os.path.join(control, "DONE"), "w") as fh:

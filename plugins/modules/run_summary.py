@@ -56,6 +56,11 @@ options:
   started:
     description: When the run started (seconds since the epoch); sets O(wall_time) when that is not given.
     type: float
+  addresses:
+    description: Node -> address; the addresses in a failed rank's last lines (gloo and NCCL name peers by address)
+      get the node's name beside them.
+    type: dict
+    default: {}
   extra:
     description: More facts to keep in the summary (model, backend, hostfile path, ...).
     type: dict
@@ -165,15 +170,26 @@ def _tail(text, n=15):
     return "\n".join(text.rstrip().splitlines()[-n:])
 
 
+def name_peers(text, addresses):
+    """``10.89.0.12`` -> ``10.89.0.12 (worker2)`` in a log's lines: gloo and NCCL name peers by address."""
+    for host, addr in sorted((addresses or {}).items(), key=lambda kv: -len(str(kv[1]))):
+        if addr and addr != host:
+            text = re.sub(r"(?<![\d.])%s(?![\d])" % re.escape(str(addr)), "%s (%s)" % (addr, host), text)
+    return text
+
+
 def message(summary, report, path):
     """What the playbook says at the end: the outcome, or why the run failed, where, and the fix."""
     secs = "%.0f" % float(summary.get("wall_time") or 0)
     if summary.get("status") != "success":
         lines = ["Run %s failed: %s" % (summary.get("run_id"), "; ".join(summary.get("problems") or []))]
         failure = summary.get("failure")
+        if summary.get("lost"):
+            lines.append("Lost first: %s" % ", ".join(summary["lost"]))
         if failure:
-            lines.append("Failed first: rank %s on %s, exit code %s" % (failure.get("rank"), failure.get("host"),
-                                                                        failure.get("exit_code")))
+            lines.append("%s: rank %s on %s, exit code %s" % (
+                "Then failed" if failure.get("consequence_of") else "Failed first", failure.get("rank"),
+                failure.get("host"), failure.get("exit_code")))
             if failure.get("last_lines"):
                 lines += ["Last lines of %s:" % failure.get("log"), failure["last_lines"]]
         for d in summary.get("diagnosis") or []:
@@ -203,6 +219,7 @@ def main():
             plots=dict(type="bool", default=True),
             extra=dict(type="dict", default={}),
             started=dict(type="float"),
+            addresses=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -254,19 +271,29 @@ def main():
     # Which rank failed first: the node that raised the abort is looked at first.
     ordered = sorted(launcher_logs.items(), key=lambda kv: kv[0] != (abort or {}).get("host"))
     failure = first_failure(dict(ordered), layout_hosts)
+    lost = list((abort or {}).get("lost") or [])
     if failure is not None:
         rank = failure.get("rank")
         if rank is not None and rank in rank_logs:
             failure["log"] = os.path.relpath(rank_logs[rank], run_dir)
-            failure["last_lines"] = _tail(_read(rank_logs[rank]))
+            failure["last_lines"] = name_peers(_tail(_read(rank_logs[rank])), p["addresses"])
         summary["status"] = "failed"
-        summary["problems"].insert(0, "rank %s on %s exited with %s%s" % (
-            rank, failure.get("host"), failure.get("exit_code"),
-            " (%s)" % failure["signal"] if failure.get("signal") else ""))
+        if lost and failure.get("host") not in lost:
+            # A rank elsewhere failed because the lost node's ranks went away: a consequence, not the cause.
+            failure["consequence_of"] = lost
+            summary["problems"].insert(0, "rank %s on %s failed because its peer went away (exit code %s)" % (
+                rank, failure.get("host"), failure.get("exit_code")))
+        else:
+            summary["problems"].insert(0, "rank %s on %s exited with %s%s" % (
+                rank, failure.get("host"), failure.get("exit_code"),
+                " (%s)" % failure["signal"] if failure.get("signal") else ""))
     if abort:
         summary["status"] = "failed"
-        if failure is None:
+        if lost:
+            summary["problems"].insert(0, "%s was lost: %s" % (", ".join(lost), abort.get("reason")))
+        elif failure is None:
             summary["problems"].insert(0, "the run was aborted by %s: %s" % (abort.get("host"), abort.get("reason")))
+    summary["lost"] = lost
     texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in launcher_logs.items())
     texts.update(("logs/" + os.path.basename(path), _read(path)) for path in rank_logs.values())
     summary["diagnosis"] = diagnose(texts, dict((h, b.get("versions") or {}) for h, b in nodes.items()))
