@@ -171,7 +171,15 @@ class ActionModule(ActionBase):
                 except Exception:  # pylint: disable=broad-except
                     pass  # a lock whose run's lease went stale is taken over by the next run
             restore_signals(previous)
-        result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}),
+        lost = list((status.get("abort") or {}).get("lost") or [])
+        if verdict == FAILED and addresses:
+            # A rank that failed because its peer's node went away: the node the coordinator cannot reach is the
+            # cause (the summary names it first).
+            try:
+                lost = sorted(set(lost) | set(unreachable(self._status(task_vars, probe=addresses)["reachable"])))
+            except RuntimeError:
+                pass
+        result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}), lost=lost,
                       abort=status.get("abort"), ranks=status.get("ranks", {}),
                       done_ranks=status.get("done_ranks", []), elapsed=time.time() - t0)
         return result

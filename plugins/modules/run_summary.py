@@ -56,6 +56,12 @@ options:
   started:
     description: When the run started (seconds since the epoch); sets O(wall_time) when that is not given.
     type: float
+  lost:
+    description: Nodes the run lost (the watch found them unreachable); named first, before a rank that failed
+      because of them.
+    type: list
+    elements: str
+    default: []
   addresses:
     description: Node -> address; the addresses in a failed rank's last lines (gloo and NCCL name peers by address)
       get the node's name beside them.
@@ -220,6 +226,7 @@ def main():
             extra=dict(type="dict", default={}),
             started=dict(type="float"),
             addresses=dict(type="dict", default={}),
+            lost=dict(type="list", elements="str", default=[]),
         ),
         supports_check_mode=True,
     )
@@ -271,7 +278,7 @@ def main():
     # Which rank failed first: the node that raised the abort is looked at first.
     ordered = sorted(launcher_logs.items(), key=lambda kv: kv[0] != (abort or {}).get("host"))
     failure = first_failure(dict(ordered), layout_hosts)
-    lost = list((abort or {}).get("lost") or [])
+    lost = sorted(set((abort or {}).get("lost") or []) | set(p["lost"]))
     if failure is not None:
         rank = failure.get("rank")
         if rank is not None and rank in rank_logs:

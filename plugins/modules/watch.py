@@ -117,6 +117,12 @@ reason:
   description: Why the run failed (null on success).
   returned: always
   type: str
+lost:
+  description: The rank nodes the run lost - the watch's abort named them, or, when the run failed, the coordinator
+    could not reach them (O(addresses)).
+  returned: always
+  type: list
+  elements: str
 nodes:
   description: The last heartbeat of every node's agent.
   returned: always

@@ -1,0 +1,210 @@
+"""The faults real clusters have (issue 15): a node lost mid-run, a network cut (a stall), Ctrl-C during the stall,
+two runs side by side, and a resume without a checkpoint or from a torn one."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from e2e_nodes import load_summary, podman, run_processes
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = "/shared"
+
+
+def on_coord(command):
+    return podman("exec", "mnds-coord", "sh", "-c", command)
+
+
+def localcluster(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+
+
+def rank_step(run_id, rank=0):
+    try:
+        return json.loads(on_coord(f"tail -n1 {SHARED}/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
+                          .stdout).get("step", 0)
+    except ValueError:
+        return 0
+
+
+def when_step(run_id, step, action, seconds=300):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if rank_step(run_id) >= step:
+            action()
+            return time.time()
+        time.sleep(0.5)
+    return None
+
+
+def left_on(nodes, run_id, seconds=10):
+    """The run's processes still on ``nodes`` after up to ``seconds``."""
+    left = {}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        left = dict((n, run_processes(n, run_id)) for n in nodes)
+        if not any(left.values()):
+            return {}
+        time.sleep(0.5)
+    return left
+
+
+def playbook(args, name):
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
+               PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "w")
+    proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, out, log
+
+
+@pytest.fixture
+def worker2_back(provisioned):
+    """Whatever a test does to worker2, it comes back at its address, with its services, afterwards."""
+    yield
+    localcluster("connect", "worker2")
+    localcluster("up")
+
+
+def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker2_back):
+    run_id = f"e2e-lost-{int(time.time())}"
+    at = {}
+    t = threading.Thread(target=lambda: at.setdefault("stop", when_step(
+        run_id, 10, lambda: podman("stop", "-t", "0", "mnds-worker2"))))
+    t.start()
+    res = run_playbook("train.yml", "-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
+                       name="lost-node")
+    ended = time.time()
+    t.join()
+    assert at.get("stop") and res.rc != 0
+    took = ended - at["stop"]
+    print(f"the play failed {took:.1f}s after worker2 stopped")
+    assert took < 60
+    flat = " ".join(res.out.split())
+    assert "Lost first: worker2" in flat, res.tail()
+    summary = load_summary(run_id)
+    assert summary["lost"] == ["worker2"] and summary["problems"][0].startswith("worker2 was lost")
+    assert left_on(["coord", "worker1"], run_id) == {}
+
+
+def test_a_network_cut_stalls_the_run_and_is_named(provisioned, run_playbook, worker2_back):
+    run_id = f"e2e-cut-{int(time.time())}"
+    at = {}
+    t = threading.Thread(target=lambda: at.setdefault("cut", when_step(
+        run_id, 10, lambda: localcluster("disconnect", "worker2"))))
+    t.start()
+    res = run_playbook("train.yml", "-e", "backend=ssh-free", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                       "-e", "preflight=false", name="network-cut")
+    ended = time.time()
+    t.join()
+    assert at.get("cut") and res.rc != 0
+    took = ended - at["cut"]
+    print(f"the play failed {took:.1f}s after worker2's network was cut")
+    assert took < 90
+    flat = " ".join(res.out.split())
+    assert "worker2 does not answer on the cluster network" in flat, res.tail()
+    assert "Lost first: worker2" in flat
+    assert left_on(["coord", "worker1"], run_id) == {}
+
+
+def test_ctrl_c_during_a_stall_stops_every_reachable_node(provisioned, worker2_back):
+    run_id = f"e2e-cut-ctrlc-{int(time.time())}"
+    proc, out, log = playbook(["-e", "backend=ssh-free", "-e", "steps=100000", "-e", f"run_id={run_id}",
+                               "-e", "preflight=false", "-e", "stall_timeout=600"], "cut-ctrl-c")
+    try:
+        assert when_step(run_id, 10, lambda: localcluster("disconnect", "worker2")), "the run never started"
+        time.sleep(15)  # the run hangs: nothing ends it but the user
+        assert run_processes("worker1", run_id)
+        interrupted = time.time()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    left = left_on(["coord", "worker1"], run_id, seconds=10)
+    print(f"reachable nodes clean {time.time() - interrupted:.1f}s after Ctrl-C")
+    assert left == {}, f"still running 10s after Ctrl-C during a stall: {left}"
+
+
+def test_two_runs_side_by_side_neither_kills_the_other(provisioned, run_playbook):
+    stamp = int(time.time())
+    a_id, b_id = f"e2e-side-a-{stamp}", f"e2e-side-b-{stamp}"
+    # A: pdsh, llama-tiny, stopped with Ctrl-C; B: ssh-free, gpt2-tiny, another master port, runs to its end.
+    proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "side-a")
+    try:
+        assert when_step(a_id, 3, lambda: None), "run A never started"
+        b = {}
+        t = threading.Thread(target=lambda: b.setdefault("res", run_playbook(
+            "train.yml", "-e", "backend=ssh-free", "-e", "model=gpt2-tiny", "-e", "steps=40", "-e", "master_port=29611",
+            "-e", f"run_id={b_id}", "-e", "preflight=false", name="side-b")))
+        t.start()
+        assert when_step(b_id, 3, lambda: None), "run B never started"
+        os.killpg(proc.pid, signal.SIGINT)  # A stops: DeepSpeed's pdsh runner must not pkill B's launchers
+        proc.wait(timeout=60)
+        t.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    assert b["res"].rc == 0, b["res"].tail()
+    assert load_summary(b_id)["status"] == "success"
+    assert left_on(["coord", "worker1", "worker2"], a_id) == {}
+
+
+def test_a_second_run_on_the_same_checkpoints_fails_at_once_naming_the_first(provisioned, run_playbook):
+    stamp = int(time.time())
+    a_id = f"e2e-lock-a-{stamp}"
+    proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "lock-a")
+    try:
+        assert when_step(a_id, 3, lambda: None), "run A never started"
+        res = run_playbook("train.yml", "-e", "steps=10", "-e", f"run_id=e2e-lock-b-{stamp}", "-e", "preflight=false",
+                           "-e", "master_port=29611", name="lock-b")
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    assert res.rc != 0
+    assert f"is in use by run {a_id}" in " ".join(res.out.split()), res.tail()
+    assert on_coord(f"test -e /shared/runs/e2e-lock-b-{stamp}/hostfile").returncode != 0
+
+
+def test_resume_without_a_checkpoint_fails_before_launch(provisioned, run_playbook):
+    on_coord("rm -rf /shared/checkpoints/gpt2-tiny")
+    res = run_playbook("train.yml", "-e", "model=gpt2-tiny", "-e", "resume=true", "-e", "steps=10",
+                       "-e", f"run_id=e2e-resume-none-{int(time.time())}", "-e", "preflight=false",
+                       name="resume-none")
+    assert res.rc != 0
+    flat = " ".join(res.out.split())
+    assert "resume=true but /shared/checkpoints/gpt2-tiny holds no checkpoint" in flat, res.tail()
+    assert "TASK [Start the agent" not in res.out
+
+
+def test_resume_from_a_torn_checkpoint_falls_back_to_the_previous_one(provisioned, run_playbook):
+    on_coord("rm -rf /shared/checkpoints/gpt2-tiny")
+    first = f"e2e-resume-src-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "model=gpt2-tiny", "-e", "steps=10", "-e", "save_interval=5",
+                       "-e", f"run_id={first}", "-e", "preflight=false", name="resume-src")
+    assert res.rc == 0, res.tail()
+    # Tear the newest checkpoint as a crash while saving would: its model states cut short.
+    on_coord("f=$(ls /shared/checkpoints/gpt2-tiny/step10/mp_rank_00_model_states.pt) && "
+             "head -c 100 $f > $f.part && mv $f.part $f")
+    resumed = f"e2e-resume-torn-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "model=gpt2-tiny", "-e", "steps=12", "-e", "resume=true",
+                       "-e", f"run_id={resumed}", "-e", "preflight=false", name="resume-torn")
+    assert res.rc == 0, res.tail()
+    summary = load_summary(resumed)
+    assert summary["resume"]["from_tag"] == "step5" and summary["resume"]["start_step"] == 5
+    assert summary["resume"]["skipped"][0]["tag"] == "step10" and "torn" in summary["resume"]["skipped"][0]["why"]
