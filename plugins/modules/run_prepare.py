@@ -83,7 +83,7 @@ LEASE_ALIVE = 60.0
 
 def lock_holder(job):
     """The live run that holds the job's checkpoint directory, or None (no lock, ours, or its run is over: DONE,
-    or its controller's lease older than a minute)."""
+    ABORT, or its controller's lease older than a minute)."""
     path = job.get("checkpoint_lock")
     if not path or not os.path.exists(path):
         return None
@@ -99,8 +99,9 @@ def lock_holder(job):
         age = time.time() - os.stat(os.path.join(control, "lease")).st_mtime
     except OSError:
         return None
-    if os.path.exists(os.path.join(control, "DONE")) or age > LEASE_ALIVE:
-        return None
+    if os.path.exists(os.path.join(control, "DONE")) or os.path.exists(os.path.join(control, "ABORT")) \
+            or age > LEASE_ALIVE:
+        return None  # done, being stopped, or nobody watches it any more
     holder["lease_age"] = age
     return holder
 

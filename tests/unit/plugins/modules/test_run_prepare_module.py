@@ -159,3 +159,6 @@ def test_a_lock_whose_run_ended_or_went_silent_is_taken_over(tmp_path, run_modul
     assert '"run_id": "run-b"' in open(second["checkpoint_lock"]).read()
     open(os.path.join(second["run_dir"], "control", "DONE"), "w").close()
     assert run_module(run_prepare, {"job": lock_job(tmp_path, "run-c")})["changed"] is True
+    # An aborted run (Ctrl-C) no longer holds it either, even while its lease is fresh.
+    open(os.path.join(tmp_path / "shared" / "runs" / "run-c", "control", "ABORT"), "w").close()
+    assert run_module(run_prepare, {"job": lock_job(tmp_path, "run-d")})["changed"] is True
