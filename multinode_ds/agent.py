@@ -21,7 +21,8 @@ environment (the launcher exports it to every rank), not by a broad ``pkill``
 that could hit another job.  With CMD, the agent starts it in its own session
 with the run's environment (``D/.deepspeed_env`` plus the marker) and exits
 with its exit code; without CMD it only watches (the pdsh backend's workers,
-whose ranks the coordinator's launcher starts).
+whose ranks the coordinator's launcher starts).  When it exits, it removes the
+run's node-local secrets file (``MULTINODE_DS_SECRET_ENV``), if there is one.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import time
 from pathlib import Path
 
 MARKER = "MULTINODE_DS_RUN_ID"
+SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
 EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
 
 
@@ -205,6 +207,21 @@ class Agent:
 
     # -- main loop -----------------------------------------------------
     def run(self) -> int:
+        try:
+            return self.follow()
+        finally:
+            self.forget_secrets()
+
+    def forget_secrets(self):
+        """The run's secrets on this node (written by the play, read by each rank when it starts) go with the run."""
+        path = read_env_file(self.run_dir / ".deepspeed_env").get(SECRET_VAR)
+        if path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def follow(self) -> int:
         self.nodes.mkdir(parents=True, exist_ok=True)
         self.control.mkdir(parents=True, exist_ok=True)
         self.beat()

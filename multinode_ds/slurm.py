@@ -8,11 +8,11 @@
     watch and every agent read it).  SIGTERM or SIGINT (the agent stopping the run: Ctrl-C on the controller,
     the run's timeout, a stale lease) runs ``scancel``.  Exits 0 only when the job COMPLETED with exit code 0.
 
-``python -m multinode_ds.slurm rank --run-dir D --master-addr A --master-port P -- PROGRAM...``
-    On each rank's node, under srun: the run's environment (``D/.deepspeed_env``), then the variables
-    DeepSpeed's own launcher gives a rank (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE,
-    MASTER_ADDR, MASTER_PORT) from srun's (SLURM_PROCID, SLURM_LOCALID, ...), then it becomes PROGRAM the way
-    DeepSpeed's ``launch.py`` starts it: ``python -u [-m] SCRIPT --local_rank=N ARGS``.
+``python -m multinode_ds.slurm rank --run-dir D --master-addr A --master-port P``
+    On each rank's node, under srun: the variables DeepSpeed's own launcher gives a rank (RANK, LOCAL_RANK,
+    WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT) from srun's (SLURM_PROCID,
+    SLURM_LOCALID, ...), then it becomes the run's program as ``multinode_ds.rank`` does (``D/program.json``,
+    ``D/rank.env``, the run's secrets): ``python -u [-m] SCRIPT --local_rank=N ARGS``.
 """
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ import sys
 import time
 from pathlib import Path
 
-from multinode_ds.agent import MARKER, read_env_file, write_json
+from multinode_ds.agent import MARKER, write_json
+from multinode_ds.rank import become
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE")
@@ -68,25 +69,13 @@ def rank_env(slurm: dict, master_addr: str, master_port: str, tasks=None) -> dic
     }
 
 
-def program_argv(python: str, program: list, local_rank: str) -> list:
-    """DeepSpeed's launch.py: ``python -u [-m] SCRIPT --local_rank=N ARGS`` (``--module X`` -> ``-m X``)."""
-    program = list(program)
-    if program and program[0] == "--module":
-        return [python, "-u", "-m", program[1], "--local_rank=%s" % local_rank] + program[2:]
-    return [python, "-u", program[0], "--local_rank=%s" % local_rank] + program[1:]
-
-
 def rank_main(args) -> int:
-    env = dict(os.environ)
-    env.update(read_env_file(Path(args.run_dir) / ".deepspeed_env"))
     try:
         tasks = (Path(args.run_dir) / "slurm" / "tasks").read_text().split()
     except OSError:
         tasks = None
-    env.update(rank_env(os.environ, args.master_addr, args.master_port, tasks))
-    argv = program_argv(sys.executable, args.program, env["LOCAL_RANK"])
-    os.chdir(args.run_dir)
-    os.execvpe(argv[0], argv, env)
+    become(Path(args.run_dir), os.environ["SLURM_LOCALID"],
+           rank_env(os.environ, args.master_addr, args.master_port, tasks))
     return 127  # not reached
 
 
@@ -416,14 +405,7 @@ def parse_args(argv=None):
     r.add_argument("--run-dir", required=True)
     r.add_argument("--master-addr", required=True)
     r.add_argument("--master-port", required=True)
-    r.add_argument("program", nargs=argparse.REMAINDER)
-    args = p.parse_args(argv)
-    if args.what == "rank":
-        if args.program and args.program[0] == "--":
-            args.program = args.program[1:]
-        if not args.program:
-            p.error("rank: the program to start is missing")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv=None) -> int:

@@ -20,7 +20,8 @@ SETTINGS = {
     "resume": "resume", "save_interval": "save_interval", "ds_config": "ds_config", "model_path": "model_path",
     "dataset": "dataset", "master_port": "master_port", "timeout": "timeout", "stall_timeout": "stall_timeout",
     "run_id": "run_id", "hosts": "hosts",
-    "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "shared_dir_path": "shared_dir",
+    "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "secret_env": "secret_env",
+    "shared_dir_path": "shared_dir",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
 

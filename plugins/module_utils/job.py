@@ -22,6 +22,7 @@ import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import secret_name
 
 # The one place for the collection's default paths and settings (what the roles install).
 DEFAULTS = {
@@ -39,6 +40,16 @@ DEFAULTS = {
 }
 RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A directory of the cluster (from the inventory): it goes into the run directory's path, argv and DeepSpeed's
+# remote command line, so only characters no shell treats specially, and no '..'.
+PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
+# A value DeepSpeed's pdsh runner can export as it is (its own test for values it leaves unquoted): the others only
+# reach the ranks through rank.env, read by multinode_ds.rank on each node, never through a shell.
+SHELL_SAFE_RE = re.compile(r"[\w@%+=:,./-]*")
+# Variables the run sets itself, and the ones DeepSpeed's launcher gives each rank: the user's must not replace them.
+RESERVED_ENV = re.compile(r"MULTINODE_DS_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_SIZE|CROSS_RANK|CROSS_SIZE|"
+                          r"MASTER_ADDR|MASTER_PORT")
+
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -78,11 +89,42 @@ def host_list(value):
     return [str(x).strip() for x in items if str(x).strip()]
 
 
-def rank_env(job, settings, node_env):
+def _check_env(name, env, problems):
+    """Keys must be variable names and values single lines of text."""
+    for key, value in sorted(env.items(), key=lambda kv: str(kv[0])):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            problems.append("%s: %r is not a variable name. Fix: letters, digits and '_', not starting with a "
+                            "digit" % (name, key))
+        elif value is None or isinstance(value, (dict, list)) or "\n" in str(value) or "\r" in str(value) \
+                or "\0" in str(value):
+            problems.append("%s: %s must be one line of text. Fix: give %s a single-line value" % (name, key, key))
+
+
+def user_env(settings, problems):
+    """The user's ``deepspeed_rank_env``, checked: keys must be variable names and values single lines
+    (``rank.env`` holds one ``KEY=VALUE`` per line); the variables the run sets itself cannot be replaced, and a
+    secret's name is refused (this environment is written to the run directory and DeepSpeed's launcher log:
+    ``secret_env`` is the way)."""
+    user = settings.get("deepspeed_rank_env") or {}
+    if not isinstance(user, dict):
+        problems.append("deepspeed_rank_env must be a mapping of variable names to values. Fix: -e "
+                        "'{\"deepspeed_rank_env\": {\"KEY\": \"value\"}}'")
+        return {}
+    _check_env("deepspeed_rank_env", user, problems)
+    for key in sorted(k for k in user if isinstance(k, str)):
+        if RESERVED_ENV.fullmatch(key):
+            problems.append("deepspeed_rank_env: %s is set by the run itself. Fix: leave %s out (the plan sets it "
+                            "for every rank)" % (key, key))
+        elif secret_name(key):
+            problems.append("deepspeed_rank_env: %s looks like a secret, and this environment is written to the run "
+                            "directory and DeepSpeed's launcher log. Fix: pass it in secret_env (node-local, mode "
+                            "0600, never logged; vault it with ansible-vault)" % key)
+    return dict((k, str(v)) for k, v in user.items())
+
+
+def rank_env(job, settings, node_env, user):
     """The environment every rank gets, in the order of precedence (later wins): the run's own
-    settings, the job's NCCL profile and stack variables (``node_env``), the user's
-    ``deepspeed_rank_env``.  Keys must be variable names and values single lines: every line
-    becomes a ``KEY=VALUE`` line of ``.deepspeed_env``, which DeepSpeed pastes into a remote shell."""
+    settings, the job's NCCL profile and stack variables (``node_env``), the user's (``user_env``)."""
     env = {"DS_ACCELERATOR": job["accelerator"], "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "MULTINODE_DS_RUN_ID": job["run_id"], "MULTINODE_DS_RUN_DIR": job["run_dir"],
            "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH}
@@ -91,18 +133,36 @@ def rank_env(job, settings, node_env):
     env.update(node_env or {})
     if settings.get("hf_token_set"):
         env["HF_TOKEN_PATH"] = job["home"] + "/secrets/hf_token"
-    env.update(settings.get("deepspeed_rank_env") or {})
-    problems = []
-    for key, value in sorted(env.items()):
-        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
-            problems.append("deepspeed_rank_env: %r is not a variable name. Fix: letters, digits and '_', "
-                            "not starting with a digit" % (key,))
-        elif value is None or "\n" in str(value) or "\r" in str(value):
-            problems.append("deepspeed_rank_env: %s must be one line of text (it becomes a line of .deepspeed_env). "
-                            "Fix: give %s a single-line value" % (key, key))
-    if problems:
-        raise JobError("; ".join(problems))
+    if job.get("secret_file"):
+        env["MULTINODE_DS_SECRET_ENV"] = job["secret_file"]
+    env.update(user)
     return dict((k, str(v)) for k, v in env.items())
+
+
+def secret_settings(job, settings, run_id, problems):
+    """``secret_env`` (a mapping, e.g. from a vaulted vars file): checked here, written node-local by the play
+    (``job["secret_file"]``, mode 0600) and read by every rank (multinode_ds.rank).  The plan keeps the names,
+    never the values."""
+    job["secret_file"], job["secret_keys"] = None, []
+    secrets = settings.get("secret_env")
+    if secrets in (None, "", {}):
+        return
+    if not isinstance(secrets, dict):
+        problems.append("secret_env must be a mapping of variable names to values. Fix: put secret_env: {KEY: value} "
+                        "in a vars file (ansible-vault encrypt it) and pass -e @that-file")
+        return
+    _check_env("secret_env", secrets, problems)
+    for key in sorted(k for k in secrets if isinstance(k, str) and RESERVED_ENV.fullmatch(k)):
+        problems.append("secret_env: %s is set by the run itself. Fix: leave it out" % key)
+    job["secret_keys"] = sorted(str(k) for k in secrets)
+    job["secret_file"] = "%s/secrets/runs/%s.json" % (job["home"], run_id)
+
+
+def launcher_env(env):
+    """The part of the ranks' environment that goes into ``.deepspeed_env``: DeepSpeed's pdsh runner pastes those
+    lines into one remote shell command (``export K=V; ...``), so only values it can pass as they are.  The
+    whole environment is ``rank.env``, which ``multinode_ds.rank`` reads on each node."""
+    return dict((k, v) for k, v in env.items() if SHELL_SAFE_RE.fullmatch(v))
 
 
 def program(job, settings):
@@ -133,6 +193,16 @@ def plan(settings, workers, coordinators, now):
     problems = []
     job = dict((k, settings.get(k) or DEFAULTS[k]) for k in
                ("model", "shared_dir", "home", "venv", "torch_extensions_dir", "etc_dir"))
+    for key, var in (("shared_dir", "shared_dir_path"), ("home", "stack_home"), ("venv", "stack_venv_dir"),
+                     ("torch_extensions_dir", "stack_torch_extensions_dir"), ("etc_dir", "etc_dir")):
+        value = job[key]
+        if not isinstance(value, str) or not PATH_RE.fullmatch(value) or ".." in value.split("/") or len(value) > 256:
+            problems.append("%s=%r must be an absolute path of letters, digits and '._+-/' (no '..', no spaces: it "
+                            "goes into every rank's command line). Fix: set %s to such a path" % (var, value, var))
+    if not isinstance(job["model"], str) or not RUN_ID_RE.fullmatch(job["model"]):
+        problems.append("model=%r is not a model name (letters, digits, '.', '_', '-'; it names the checkpoint "
+                        "directory). Fix: -e model=<one of the bundled models, e.g. llama-tiny>, or -e model_path= "
+                        "for your own weights" % (job["model"],))
     job["steps"] = _whole(settings, "steps", 1, None, "steps", problems)
     job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
     job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems)
@@ -154,6 +224,8 @@ def plan(settings, workers, coordinators, now):
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
                         "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
+    secret_settings(job, settings, run_id, problems)
+    user = user_env(settings, problems)
     entrypoint = str(settings.get("entrypoint") or "")
     if entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
         problems.append("entrypoint=%r must be an absolute path that every node can read. Fix: put the script "
@@ -203,7 +275,7 @@ def plan(settings, workers, coordinators, now):
     job["interface"] = interfaces[0] if len(interfaces) == 1 else None
     memory = [workers[h].get("memtotal_mb") for h in rank_hosts]
     job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
-    job["env"] = rank_env(job, settings, master.get("env") or {})
+    job["env"] = rank_env(job, settings, master.get("env") or {}, user)
     job["program"] = program(job, settings)
     # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
     job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None

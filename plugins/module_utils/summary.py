@@ -129,14 +129,15 @@ def summarize(run_id, records_by_rank, expected_world_size=None, launcher_rc=Non
     }
 
 
-_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY")
+SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY")
+
+
+def secret_name(key):
+    """Does the variable's name say it holds a secret (a path to one, ``*_PATH``/``*_FILE``, does not)?"""
+    upper = str(key).upper()
+    return any(w in upper for w in SECRET_WORDS) and not upper.endswith(("_PATH", "_FILE"))
 
 
 def mask_env(env):
     """The environment with the values of secret-looking variables replaced (paths to secrets are kept)."""
-    out = {}
-    for key, value in env.items():
-        upper = key.upper()
-        secret = any(w in upper for w in _SECRET_WORDS) and not upper.endswith(("_PATH", "_FILE"))
-        out[key] = "********" if secret else value
-    return out
+    return dict((key, "********" if secret_name(key) else value) for key, value in env.items())

@@ -20,8 +20,10 @@ description:
     C(<checkpoint_dir>.lock) names a run whose controller renewed its lease in the last minute, and that is not
     done); writing takes the lock (the watch gives it back when the run ends).
   - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
-    hostfile, the C(.deepspeed_env) DeepSpeed's launcher exports to every rank (strictly C(KEY=VALUE) lines) and the
-    controller's lease (C(control/lease)) the agents watch.
+    hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), C(rank.env) (the ranks'
+    whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
+    runner can paste into a remote shell as they are; mode 0600) and the controller's lease (C(control/lease)) the
+    agents watch.
   - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result.
 options:
   job:
@@ -76,6 +78,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import launcher_env
 
 
 LEASE_ALIVE = 60.0
@@ -159,6 +162,10 @@ def fail_checks(module, job):
         return {}
 
 
+def env_lines(env):
+    return "".join("%s=%s\n" % kv for kv in sorted(env.items()))
+
+
 def write_file(path, text, mode=0o644):
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
@@ -194,13 +201,17 @@ def main():
         where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
         result["written"].append(take_lock(module, job, where))
     files = {
-        "hostfile": job["hostfile"],
-        # Strictly KEY=VALUE lines (the plan checked them): a blank line or a comment breaks DeepSpeed's launcher.
-        ".deepspeed_env": "".join("%s=%s\n" % kv for kv in sorted(job["env"].items())),
-        "control/lease": "%f\n" % time.time(),
+        "hostfile": (job["hostfile"], 0o644),
+        # The program each rank becomes (multinode_ds.rank reads it: no argument passes through a shell).
+        "program.json": (json.dumps(job["program"]) + "\n", 0o644),
+        # Strictly KEY=VALUE lines (the plan checked them): the ranks' whole environment, read by multinode_ds.rank,
+        # and the part DeepSpeed's launcher may paste into its remote shell command as it is.
+        "rank.env": (env_lines(job["env"]), 0o600),
+        ".deepspeed_env": (env_lines(launcher_env(job["env"])), 0o600),
+        "control/lease": ("%f\n" % time.time(), 0o644),
     }
-    for name, text in files.items():
-        write_file(os.path.join(job["run_dir"], name), text)
+    for name, (text, mode) in files.items():
+        write_file(os.path.join(job["run_dir"], name), text, mode)
         result["written"].append(os.path.join(job["run_dir"], name))
     result["changed"] = True
     module.exit_json(**result)

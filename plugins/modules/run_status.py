@@ -38,7 +38,7 @@ options:
     type: dict
     default: {}
   lost:
-    description: With O(abort), the nodes the run lost (no heartbeat, or unreachable): the summary names them first.
+    description: With O(abort), the nodes the run lost (no heartbeat, or unreachable); the summary names them first.
     type: list
     elements: str
     default: []

@@ -313,7 +313,9 @@ def main():
     summary["rank_logs"] = dict((str(r), {"host": rank_host.get(r), "log": os.path.relpath(path, run_dir)})
                                 for r, path in sorted(rank_logs.items()))
     env = {}
-    for line in _read(os.path.join(run_dir, ".deepspeed_env")).splitlines():
+    # The ranks' whole environment (rank.env; a run from before it had only .deepspeed_env).
+    env_file = os.path.join(run_dir, "rank.env")
+    for line in _read(env_file if os.path.exists(env_file) else os.path.join(run_dir, ".deepspeed_env")).splitlines():
         if "=" in line:
             key, value = line.split("=", 1)
             env[key] = value

@@ -100,6 +100,13 @@ class Backend(object):
                 "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
                 "--enable_each_rank_log", job["run_dir"] + "/logs"]
 
+    @staticmethod
+    def rank_program(job):
+        """What DeepSpeed's launcher starts on each rank: ``multinode_ds.rank``, which reads the program
+        (``program.json``) and the environment (``rank.env``, the secrets) from files, so that no value of the
+        user's passes through a shell (DeepSpeed's pdsh runner pastes its command line into one)."""
+        return ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
+
     def agent_argv(self, job, node, launch):
         """The node's agent (multinode_ds.agent): it starts ``launch`` (the launcher's argv, or none: it
         only watches), beats, and stops the run's processes on abort or a stale lease."""

@@ -23,7 +23,7 @@ class PdshBackend(backends.Backend):
         return list(job["coordinators"][:1])
 
     def launch_argv(self, job, node):
-        return self.deepspeed_argv(job) + ["--launcher", "pdsh", "--force_multi"] + list(job["program"])
+        return self.deepspeed_argv(job) + ["--launcher", "pdsh", "--force_multi"] + self.rank_program(job)
 
     def ssh_pairs(self, job):
         """The coordinator reaches every node of the job, itself included; every rank node reaches

@@ -86,10 +86,6 @@ class SlurmBackend(backends.Backend):
             if not slurm.NAME_RE.fullmatch(str(name)):
                 problems.append("%s: slurm_node_name=%r is not a Slurm node name (letters, digits, '_', '.', '-'). "
                                 "Fix: set it to the name sinfo shows for %s" % (host, name, host))
-        for key in ("run_dir", "venv"):
-            if any(c in job[key] for c in "\n\r\\%"):
-                problems.append("%s=%r cannot go into a batch script (a newline, '\\' or '%%'). Fix: a plain path "
-                                "for %s" % (key, job[key], "shared_dir_path" if key == "run_dir" else "stack_venv_dir"))
         slots = sorted(set(job["slots"].values()))
         if job["accelerator"] == "cuda" and len(slots) > 1:
             problems.append("backend=slurm gives every node the same number of GPUs (--gres=gpu:N), but the ranks per "
@@ -99,8 +95,7 @@ class SlurmBackend(backends.Backend):
 
     def rank_argv(self, job):
         return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
-                "--master-addr", job["master_addr"], "--master-port", str(job["master_port"]), "--"] \
-            + list(job["program"])
+                "--master-addr", job["master_addr"], "--master-port", str(job["master_port"])]
 
     def files(self, job):
         opts = job["backend_options"]

@@ -19,4 +19,4 @@ class SshFreeBackend(backends.Backend):
 
     def launch_argv(self, job, node):
         return self.deepspeed_argv(job) + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] \
-            + list(job["program"])
+            + self.rank_program(job)

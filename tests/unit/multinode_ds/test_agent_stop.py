@@ -48,3 +48,16 @@ def test_by_default_the_launcher_gets_sigterm(tmp_path):
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def test_the_runs_secrets_file_goes_when_the_agent_ends(tmp_path):
+    """The agent runs a launcher that succeeds; the node-local secrets file the play wrote is gone after."""
+    run_dir = tmp_path / "runs" / "run-s"
+    (run_dir / "control").mkdir(parents=True)
+    (run_dir / "control" / "lease").write_text("%f\n" % time.time())
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text('{"K": "v"}')
+    (run_dir / ".deepspeed_env").write_text("MULTINODE_DS_SECRET_ENV=%s\n" % secrets)
+    rc = agent.main(["--run-dir", str(run_dir), "--host", "n1", "--interval", "0.2", "--", sys.executable, "-c",
+                     "import os; assert os.environ['MULTINODE_DS_SECRET_ENV']"])
+    assert rc == 0 and not secrets.exists()

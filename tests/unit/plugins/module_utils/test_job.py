@@ -47,7 +47,11 @@ def test_pdsh_backend_launches_from_the_coordinator():
     assert argv[:2] == ["/opt/multinode-deepspeed/venv/bin/deepspeed", "--hostfile"]
     assert argv[argv.index("--master_addr") + 1] == "10.89.0.11"
     assert argv[argv.index("--launcher") + 1] == "pdsh" and "--force_multi" in argv
-    assert argv[-4:] == ["--lr", "0.001", "--print-every", "5"]
+    # Each rank becomes the program from program.json: the user's arguments never reach pdsh's remote shell.
+    run_dir = job["run_dir"]
+    assert argv[-4:] == ["--module", "multinode_ds.rank", "--run-dir", run_dir]
+    assert job["program"][-4:] == ["--lr", "0.001", "--print-every", "5"]
+    assert not any("0.001" in a for a in argv)
     assert ["coord", "worker2"] in launch["ssh_pairs"] and ["worker1", "worker1"] in launch["ssh_pairs"]
     assert launch["ranks_over_ssh"] is True
 
@@ -56,7 +60,8 @@ def test_ssh_free_backend_starts_every_rank_node():
     job = plan({"backend": "ssh-free", "entrypoint": "/shared/user/train.py"}, WORKERS, ["coord"], NOW)
     launch = job["launch"]
     assert launch["launchers"] == ["worker1", "worker2"] and launch["agents"] == ["worker1", "worker2"]
-    assert launch["argv"]["worker2"][-4:] == ["--no_ssh", "--node_rank", "1", "/shared/user/train.py"]
+    assert launch["argv"]["worker2"][-7:] == ["--no_ssh", "--node_rank", "1", "--module", "multinode_ds.rank",
+                                              "--run-dir", job["run_dir"]]
     assert launch["ssh_pairs"] == [] and launch["ranks_over_ssh"] is False
     assert job["metrics"] is False and job["program"] == ["/shared/user/train.py"]
 

@@ -1,10 +1,12 @@
 """run_prepare: the run's checks (new run id, the user's script, the trainer's dry run), then its directory."""
+import json
 import os
 import sys
 
 from ansible_collections.multinode.deepspeed.plugins.modules import run_prepare
 
-ENV = {"PYTHONUNBUFFERED": "1", "DS_ACCELERATOR": "cpu", "MULTINODE_DS_RUN_ID": "r1", "A_FIRST": "x=y"}
+ENV = {"PYTHONUNBUFFERED": "1", "DS_ACCELERATOR": "cpu", "MULTINODE_DS_RUN_ID": "r1", "A_FIRST": "x=y",
+       "HOSTILE": "a b; $(touch /tmp/x)"}
 HOSTFILE = "worker1 slots=1\nworker2 slots=1\n"
 
 
@@ -13,7 +15,7 @@ def make_job(tmp_path, **kw):
     script.write_text("print('hi')\n")
     job = {"run_id": "r1", "run_dir": str(tmp_path / "shared" / "runs" / "r1"), "shared_dir": str(tmp_path / "shared"),
            "coordinators": ["coord"], "metrics": False, "entrypoint": str(script), "accelerator": "cpu",
-           "dry_run": None, "hostfile": HOSTFILE, "env": dict(ENV)}
+           "dry_run": None, "hostfile": HOSTFILE, "env": dict(ENV), "program": [str(script), "--x", "a b;c"]}
     job.update(kw)
     return job
 
@@ -27,11 +29,17 @@ def test_write_creates_the_run_directory(tmp_path, run_module):
     for sub in ("logs", "control", "nodes"):
         assert (run_dir / sub).is_dir()
     assert (run_dir / "hostfile").read_text() == HOSTFILE
+    # DeepSpeed's pdsh runner pastes .deepspeed_env into a remote shell: only the values it can pass as they are.
     env_lines = (run_dir / ".deepspeed_env").read_text().splitlines()
     assert env_lines == ["A_FIRST=x=y", "DS_ACCELERATOR=cpu", "MULTINODE_DS_RUN_ID=r1", "PYTHONUNBUFFERED=1"]
+    # The whole environment, verbatim, for multinode_ds.rank; both files are the owner's only.
+    assert "HOSTILE=a b; $(touch /tmp/x)" in (run_dir / "rank.env").read_text().splitlines()
+    assert oct(os.stat(run_dir / "rank.env").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(run_dir / ".deepspeed_env").st_mode & 0o777) == "0o600"
+    assert json.loads((run_dir / "program.json").read_text()) == job["program"]
     lease = float((run_dir / "control" / "lease").read_text())
     assert lease > 1.7e9
-    names = ("hostfile", ".deepspeed_env", "control/lease")
+    names = ("hostfile", ".deepspeed_env", "rank.env", "program.json", "control/lease")
     assert sorted(res["written"]) == sorted(str(run_dir / n) for n in names)
     assert not list(run_dir.rglob("*.tmp"))
 

@@ -1,0 +1,98 @@
+"""One rank: the run's program, started from files, never from a shell's command line.
+
+``python -m multinode_ds.rank --run-dir D [--local_rank=N]``
+
+DeepSpeed's launcher (``launch.py``, on every rank's node) starts this module in place of the program.  It reads
+
+* ``D/program.json`` -- the program's argv after DeepSpeed's options (``["--module", "multinode_ds.train", ...]``
+  for the bundled trainer, ``["/path/script.py", ARGS...]`` for a user's script), written by ``run_prepare``;
+* ``D/rank.env`` -- the ranks' whole environment, ``KEY=VALUE`` lines, exactly as planned (``.deepspeed_env``
+  holds only the values DeepSpeed's pdsh runner can paste into its remote shell command as they are);
+* the run's secrets, when ``MULTINODE_DS_SECRET_ENV`` names them: a node-local JSON object, mode 0600, that the
+  play wrote and the node's agent removes when the run ends;
+
+and becomes the program as ``launch.py`` would have started it: ``python -u [-m] SCRIPT --local_rank=N ARGS``.
+So no value of the user's (arguments, paths, variables, secrets) is ever part of a command that a shell reads,
+and no secret is on a command line or in a file of the run directory.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from multinode_ds.agent import SECRET_VAR, read_env_file
+
+PROGRAM_FILE = "program.json"
+ENV_FILE = "rank.env"
+
+
+def read_secrets(path: str) -> dict:
+    """The run's secrets: a JSON object of names to single-line values (``{}`` when there is no such file)."""
+    if not path:
+        return {}
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise SystemExit("multinode_ds.rank: cannot read the run's secrets (%s): %s" % (path, exc))
+    return dict((str(k), str(v)) for k, v in data.items()) if isinstance(data, dict) else {}
+
+
+def program_argv(python: str, program: list, local_rank) -> list:
+    """DeepSpeed's launch.py: ``python -u [-m] SCRIPT --local_rank=N ARGS`` (``--module X`` -> ``-m X``)."""
+    program = list(program)
+    if program and program[0] == "--module":
+        return [python, "-u", "-m", program[1], "--local_rank=%s" % local_rank] + program[2:]
+    return [python, "-u", program[0], "--local_rank=%s" % local_rank] + program[1:]
+
+
+def rank_environment(run_dir: Path, base: dict, extra: dict | None = None) -> dict:
+    """``base`` (the launcher's environment), then ``rank.env``, then ``extra`` (what the launcher gives this
+    rank: RANK, LOCAL_RANK...), then the secrets."""
+    env = dict(base)
+    env.update(read_env_file(run_dir / ENV_FILE))
+    env.update(extra or {})
+    env.update(read_secrets(env.get(SECRET_VAR, "")))
+    return env
+
+
+def read_program(run_dir: Path) -> list:
+    try:
+        program = json.loads((run_dir / PROGRAM_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit("multinode_ds.rank: cannot read the program to start (%s): %s" % (run_dir / PROGRAM_FILE,
+                                                                                           exc))
+    if not isinstance(program, list) or not program or not all(isinstance(a, str) for a in program):
+        raise SystemExit("multinode_ds.rank: %s is not a list of arguments" % (run_dir / PROGRAM_FILE))
+    return program
+
+
+def become(run_dir: Path, local_rank, extra: dict | None = None):
+    """Replace this process by the rank's program (the PID stays: the launcher waits on it)."""
+    program = read_program(run_dir)
+    env = rank_environment(run_dir, os.environ, extra)
+    argv = program_argv(sys.executable, program, local_rank)
+    os.chdir(run_dir)
+    os.execvpe(argv[0], argv, env)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.rank", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--local_rank", "--local-rank", dest="local_rank", default=None)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    local_rank = args.local_rank if args.local_rank is not None else os.environ.get("LOCAL_RANK", "0")
+    become(Path(args.run_dir), local_rank)
+    return 127  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

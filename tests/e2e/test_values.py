@@ -1,0 +1,115 @@
+"""Values that cannot escape, secrets that stay secret (issue 15, items 6 and 7), on the local cluster.
+
+The classic injections and traversals go in through -e; the ones the plan refuses stop the play before anything is
+written, the others reach a user's script verbatim, with every backend, and nothing they spell is run anywhere.
+A secret_env value reaches every rank and appears in no collected file, no play output and no command line."""
+import json
+import time
+from pathlib import Path
+
+import pytest
+from e2e_nodes import podman
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ("coord", "worker1", "worker2")
+PWNED = "/tmp/mnds-pwned"
+SECRET = "s3cr3t-%d; $(touch /tmp/mnds-pwned-secret)" % int(time.time())
+SCRIPT_DIR = "/shared/e2e values"
+# The script's own path has a space and a command in it: a shell that split it would run `touch`.
+SCRIPT = SCRIPT_DIR + "/echo me;touch mnds-pwned-path.py"
+ECHO = """import json, os, subprocess, sys
+secret = os.environ.get("MY_API_SECRET", "")
+ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+out = {"argv": sys.argv[1:], "note": os.environ.get("MY_NOTE"), "secret_seen": bool(secret),
+       "secret_in_ps": bool(secret) and secret in ps}
+path = os.path.join(os.environ["MULTINODE_DS_RUN_DIR"], "seen-rank%s.json" % os.environ["RANK"])
+json.dump(out, open(path, "w"))
+print("rank", os.environ["RANK"], "saw", len(sys.argv) - 1, "arguments")
+"""
+HOSTILE_ARGS = ["$(touch %s-subst)" % PWNED, "`touch %s-tick`" % PWNED, "x; touch %s-semi" % PWNED,
+                "x && touch %s-and" % PWNED, "x | touch %s-pipe" % PWNED, "a b'c\"d \\$HOME *"]
+HOSTILE_ENV = "$(touch %s-env); `touch %s-env2`" % (PWNED, PWNED)
+
+
+def on(node, command):
+    return podman("exec", f"mnds-{node}", "sh", "-c", command)
+
+
+def pwned_anywhere(run_dir=None):
+    found = []
+    for node in NODES:
+        out = on(node, "ls -d %s* 2>/dev/null; %s true" % (
+            PWNED, ("ls -d '%s'/mnds-pwned* 2>/dev/null;" % run_dir) if run_dir else "")).stdout.split()
+        found += ["%s:%s" % (node, f) for f in out]
+    found += [str(p) for p in Path("/tmp").glob("mnds-pwned*")]
+    return found
+
+
+@pytest.fixture(scope="module")
+def echo_script(provisioned):
+    on("coord", "mkdir -p '%s'" % SCRIPT_DIR)
+    assert podman("exec", "-i", "mnds-coord", "sh", "-c", "cat > \"$0\"", SCRIPT, input=ECHO).returncode == 0
+    for node in NODES:
+        on(node, "rm -f %s*" % PWNED)
+    return SCRIPT
+
+
+def vars_file(tmp_path, data):
+    path = tmp_path / "vars.json"
+    path.write_text(json.dumps(data))
+    return "@%s" % path
+
+
+def test_traversals_and_injections_the_plan_refuses_stop_the_play_first(provisioned, run_playbook, tmp_path):
+    """One play with every refused value: the plan names each, and nothing is written or run."""
+    extra = vars_file(tmp_path, {
+        "run_id": "../../tmp/mnds-pwned-dir", "model": "../../../tmp/mnds-pwned-model",
+        "deepspeed_rank_env": {"NCCL_DEBUG": "INFO\ntouch /tmp/mnds-pwned-line", "RANK": "7", "HF_TOKEN": "hf_x",
+                               "BAD KEY": "x"},
+        "secret_env": {"LOCAL_RANK": "1"}})
+    res = run_playbook("train.yml", "-e", extra, "-e", "preflight=false", name="values-refused")
+    assert res.rc != 0
+    flat = " ".join(res.out.split())
+    for needle in ("run_id='../../tmp/mnds-pwned-dir': letters, digits",
+                   "model='../../../tmp/mnds-pwned-model' is not a model name",
+                   "deepspeed_rank_env: NCCL_DEBUG must be one line of text",
+                   "deepspeed_rank_env: 'BAD KEY' is not a variable name",
+                   "deepspeed_rank_env: RANK is set by the run itself",
+                   "deepspeed_rank_env: HF_TOKEN looks like a secret", "Fix: pass it in secret_env",
+                   "secret_env: LOCAL_RANK is set by the run itself"):
+        assert needle in flat, f"{needle!r} not in the output:\n{res.tail(20)}"
+    assert "hf_x" not in res.out
+    assert "TASK [Check the run id" not in res.out
+    assert pwned_anywhere() == []
+    assert on("coord", "ls -d /shared/tmp /tmp/mnds-pwned-dir 2>/dev/null").stdout == ""
+
+
+@pytest.mark.parametrize("backend", ["pdsh", "ssh-free", "slurm"])
+def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(echo_script, run_playbook, tmp_path, backend):
+    run_id = f"e2e-values-{backend}-{int(time.time())}"
+    extra = vars_file(tmp_path, {
+        "backend": backend, "entrypoint": echo_script, "run_id": run_id, "preflight": False,
+        "args": " ".join("'%s'" % a.replace("'", "'\"'\"'") for a in HOSTILE_ARGS),
+        "deepspeed_rank_env": {"MY_NOTE": HOSTILE_ENV},
+        "secret_env": {"MY_API_SECRET": SECRET}})
+    res = run_playbook("train.yml", "-e", extra, name=f"values-{backend}")
+    assert res.rc == 0, res.tail()
+    run_dir = f"/shared/runs/{run_id}"
+    seen = [json.loads(on("coord", f"cat {run_dir}/seen-rank{r}.json").stdout) for r in (0, 1)]
+    for rank in seen:
+        assert rank["argv"][1:] == HOSTILE_ARGS and rank["argv"][0].startswith("--local_rank=")
+        assert rank["note"] == HOSTILE_ENV
+        assert rank["secret_seen"] is True and rank["secret_in_ps"] is False
+    assert pwned_anywhere(run_dir) == []
+    # The secret: in no collected file, not in the play's output, and its node-local file is gone.
+    collected = ROOT / "runs" / run_id
+    assert (collected / "summary.json").exists()
+    leaks = [str(p) for p in collected.rglob("*") if p.is_file() and SECRET.split(";")[0] in p.read_text(errors="replace")]
+    assert leaks == []
+    assert SECRET.split(";")[0] not in res.out
+    summary = json.loads((collected / "summary.json").read_text())
+    assert summary["environment"]["MY_NOTE"] == HOSTILE_ENV and "MY_API_SECRET" not in summary["environment"]
+    for node in ("worker1", "worker2"):
+        assert on(node, "ls /opt/multinode-deepspeed/secrets/runs/ 2>/dev/null").stdout.split() == [], node
+    assert on("coord", f"stat -c %a {run_dir}/rank.env {run_dir}/.deepspeed_env").stdout.split() == ["600", "600"]
