@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import socket
 import sys
@@ -56,6 +57,23 @@ class PlanError(ValueError):
     """The run cannot work as asked; the message says why and what to do."""
 
 
+def option_problems(args, spec) -> list:
+    """The trainer's numeric options (``-e args=...``), each that cannot work with its fix."""
+    problems = []
+    positions = spec.config.get("n_positions") or spec.config.get("max_position_embeddings")
+    for option, value, low in (("--micro-batch", args.micro_batch, 1), ("--seq-len", args.seq_len, 2),
+                               ("--warmup", args.warmup, 0), ("--print-every", args.print_every, 1),
+                               ("--seed", args.seed, 0), ("--save-interval", args.save_interval, 0)):
+        if value < low:
+            problems.append(f"{option} {value} must be at least {low}. Fix: -e args='{option} <{low} or more>'")
+    if positions and args.seq_len > positions:
+        problems.append(f"--seq-len {args.seq_len} is longer than {spec.name} can attend to ({positions} positions). "
+                        f"Fix: -e args='--seq-len <at most {positions}>'")
+    if not math.isfinite(args.lr) or args.lr <= 0 or args.lr >= 1:
+        problems.append(f"--lr {args.lr} is not a learning rate (between 0 and 1). Fix: -e args='--lr 3e-4'")
+    return problems
+
+
 def plan(args) -> dict:
     """Check what can be checked without torch and return the run's plan."""
     spec = get_spec(args.model)
@@ -73,6 +91,9 @@ def plan(args) -> dict:
                         f"the shared directory, or pass a Hugging Face hub id.")
     if args.steps < 1:
         raise PlanError(f"steps={args.steps}; a run needs at least one step. Fix: -e steps=30")
+    problems = option_problems(args, spec)
+    if problems:
+        raise PlanError("; ".join(problems))
     resume = None
     if args.resume:
         try:

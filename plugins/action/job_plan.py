@@ -12,14 +12,14 @@ import secrets
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, flag, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, plan
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {
     "model": "model", "steps": "steps", "args": "args", "backend": "backend", "entrypoint": "entrypoint",
     "resume": "resume", "save_interval": "save_interval", "ds_config": "ds_config", "model_path": "model_path",
     "dataset": "dataset", "master_port": "master_port", "timeout": "timeout", "stall_timeout": "stall_timeout",
-    "run_id": "run_id", "hosts": "hosts",
+    "run_id": "run_id", "hosts": "hosts", "preflight": "preflight",
     "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "secret_env": "secret_env",
     "shared_dir_path": "shared_dir",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
@@ -59,8 +59,6 @@ class ActionModule(ActionBase):
         settings["hf_token_set"] = "hf_token" in task_vars
         settings["run_nonce"] = secrets.token_hex(2)
         settings.update(args.get("settings") or {})
-        if "resume" in settings:
-            settings["resume"] = flag(settings["resume"])
         groups = task_vars.get("groups") or {}
         workers = list(args.get("workers") or groups.get("workers") or [])
         coordinators = list(args.get("coordinators") or groups.get("coordinator") or [])

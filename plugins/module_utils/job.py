@@ -60,14 +60,45 @@ class JobError(ValueError):
     """The job cannot be planned; the message has one sentence per problem, each with its fix."""
 
 
-def _whole(settings, key, low, high, unit, problems):
+def _whole(settings, key, low, high, unit, problems, limit=None):
+    """A whole number in ``low``-``high`` (shown as a range), or ``>= low`` up to a sanity ``limit``."""
     value = settings.get(key, DEFAULTS.get(key))
     text = str(value).strip()
     if isinstance(value, bool) or not text.isdigit() or not low <= int(text) <= (high or int(text)):
         problems.append("%s=%s must be a whole number %s. Fix: -e %s=<%s>" % (
             key, value, ">= %d" % low if not high else "in %d-%d" % (low, high), key, unit))
         return None
+    if limit and int(text) > limit:
+        problems.append("%s=%s is more than %d, surely a typo. Fix: -e %s=<%s, at most %d>" % (
+            key, text, limit, key, unit, limit))
+        return None
     return int(text)
+
+
+TRUE_WORDS = ("y", "yes", "on", "1", "true", "t")
+FALSE_WORDS = ("n", "no", "off", "0", "false", "f", "")
+# Trainer options the plan sets from its own variables: in ``args`` they would contradict the plan (the watch
+# counts -e steps, the checkpoint lock is the plan's directory...).
+PLANNED_OPTIONS = {"--model": "model", "--run-dir": "run_id", "--steps": "steps", "--checkpoint-dir": "model",
+                   "--save-interval": "save_interval", "--resume": "resume", "--ds-config": "ds_config",
+                   "--model-path": "model_path", "--dataset": "dataset", "--dry-run": None, "--world-size": None,
+                   "--memory-gib": None, "--local_rank": None}
+LIMITS = {"steps": 10 ** 9, "timeout": 30 * 86400, "save_interval": 10 ** 9}
+
+
+def _switch(settings, key, problems, also=()):
+    """A yes/no -e value as Ansible reads booleans (or one of ``also``): True, False, the word, or None (bad)."""
+    value = settings.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    word = str(value).strip().lower()
+    if word in also:
+        return word
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    problems.append("%s=%s is not a yes/no value. Fix: -e %s=true or -e %s=false%s" % (
+        key, value, key, key, "".join(" or -e %s=%s" % (key, w) for w in also)))
+    return None
 
 
 def parse_env(text):
@@ -173,7 +204,7 @@ def program(job, settings):
         argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
                 "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
                 "--save-interval", str(job["save_interval"])]
-        argv += ["--resume"] if settings.get("resume") else []
+        argv += ["--resume"] if job.get("resume") else []
         for key, flag in (("ds_config", "--ds-config"), ("model_path", "--model-path"), ("dataset", "--dataset")):
             if settings.get(key):
                 argv += [flag, str(settings[key])]
@@ -203,13 +234,19 @@ def plan(settings, workers, coordinators, now):
         problems.append("model=%r is not a model name (letters, digits, '.', '_', '-'; it names the checkpoint "
                         "directory). Fix: -e model=<one of the bundled models, e.g. llama-tiny>, or -e model_path= "
                         "for your own weights" % (job["model"],))
-    job["steps"] = _whole(settings, "steps", 1, None, "steps", problems)
+    job["steps"] = _whole(settings, "steps", 1, None, "steps", problems, LIMITS["steps"])
     job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
-    job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems)
-    job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems)
+    job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems, LIMITS["timeout"])
+    job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems, LIMITS["save_interval"])
+    job["resume"] = _switch(settings, "resume", problems)
+    _switch(settings, "preflight", problems, also=("force",))
     # Unset: the watch derives it from the step time (module_utils/watch.stall_limit).
     job["stall_timeout"] = _whole(settings, "stall_timeout", 10, None, "seconds", problems) \
         if settings.get("stall_timeout") not in (None, "") else None
+    if job["stall_timeout"] and job["timeout"] and job["stall_timeout"] >= job["timeout"]:
+        problems.append("stall_timeout=%d is not shorter than timeout=%d, so a stall would never be noticed before "
+                        "the run times out. Fix: -e stall_timeout=<fewer seconds than %d>, or a longer -e timeout" % (
+                            job["stall_timeout"], job["timeout"], job["timeout"]))
     backend_name = settings.get("backend") or DEFAULTS["backend"]
     try:
         backend = backends.get(backend_name)
@@ -219,8 +256,9 @@ def plan(settings, workers, coordinators, now):
     backend_options = backend.options(settings, problems) if backend else {}
     # The default id: the UTC time to the millisecond and the action's random nonce, so that two runs started in
     # the same second (two terminals, a scheduler) never share a directory.
-    run_id = settings.get("run_id") or "%s-%03d%s-%s" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000,
-                                                          settings.get("run_nonce") or "", job["model"])
+    stamp = "%s-%03d" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000)
+    run_id = settings.get("run_id") or "%s%s-%s" % (stamp, settings.get("run_nonce") or "", job["model"] if
+                                                     RUN_ID_RE.fullmatch(str(job["model"])) else "run")
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
                         "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
@@ -237,6 +275,26 @@ def plan(settings, workers, coordinators, now):
         problems.append("args=%r cannot be split into arguments (%s). Fix: balance the quotes" % (
             settings.get("args"), exc))
     include, exclude = host_list(settings.get("hosts")), host_list(settings.get("exclude"))
+    for key, names in (("hosts", include), ("exclude", exclude)):
+        for name in sorted(set(n for n in names if names.count(n) > 1)):
+            problems.append("%s lists %s twice. Fix: name each host once (-e %s=%s)" % (
+                key, name, key, ",".join(dict.fromkeys(names))))
+    if job["resume"] and entrypoint:
+        problems.append("resume=true is the bundled trainer's, and entrypoint=%s is your own script. Fix: leave "
+                        "resume out and pass your script's own option in args" % entrypoint)
+    if not entrypoint:
+        for arg in args:
+            option = arg.split("=", 1)[0]
+            if option in PLANNED_OPTIONS:
+                var = PLANNED_OPTIONS[option]
+                problems.append("args sets %s, which the plan sets itself. Fix: %s" % (
+                    option, "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
+    for name, w in workers.items():
+        gpus, slots = int(w.get("gpus") or 0), w.get("slots")
+        if gpus and w.get("accelerator") in (None, "", "cuda") and str(slots).isdigit() and int(slots) > gpus:
+            problems.append("host %s: deepspeed_slots=%s, but it has %d GPU(s) (nvidia-smi) and a CUDA rank needs a "
+                            "GPU of its own. Fix: deepspeed_slots <= %d for %s, or leave it unset (one rank per GPU)"
+                            % (name, slots, gpus, gpus, name))
     candidates = dict((name, w.get("slots")) for name, w in workers.items() if w.get("slots") is not None)
     layout = None
     if not candidates:

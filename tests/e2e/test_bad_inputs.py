@@ -3,6 +3,7 @@
 Every case runs train.yml against the provisioned local cluster and checks that the play stops with
 its message and that no run directory was created on the shared storage.
 """
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -150,3 +151,69 @@ def test_bad_inventory_value_fails_site_before_the_nodes_change(provisioned, run
     # It stopped before the play that changes the nodes, and nothing changed.
     assert "PLAY [Provision every node]" not in res.out
     assert all(r["changed"] == 0 for r in res.recap().values()), res.recap()
+
+
+# Issue 15: more values a real user types. The plan names every bad value of a play at once, so each group is one
+# play (a few seconds), and each value in it has its own message and fix (docs/bad-inputs.md).
+GROUPS = [
+    ("plan-values-1",
+     {"steps": "-5", "timeout": "1h", "run_id": "my run", "resume": "maybe", "preflight": "sometimes",
+      "hosts": "worker1,worker1", "master_port": "29500.5", "deepspeed_rank_env": "NCCL_DEBUG=INFO",
+      "secret_env": "WANDB_API_KEY=abc"},
+     ["steps=-5 must be a whole number >= 1", "timeout=1h must be a whole number >= 10",
+      "run_id='my run': letters, digits", "resume=maybe is not a yes/no value",
+      "preflight=sometimes is not a yes/no value", "hosts lists worker1 twice",
+      "master_port=29500.5 must be a whole number in 1024-65535", "deepspeed_rank_env must be a mapping",
+      "secret_env must be a mapping"]),
+    ("plan-values-2",
+     {"steps": "100000000000", "timeout": "300", "stall_timeout": "600", "run_id": "r\u00fcn-\u00e9t\u00e9",
+      "model": "llama tiny", "args": "--steps 5 --checkpoint-dir=/tmp/x",
+      "deepspeed_rank_env": {"WANDB_API_KEY": "k", "RANK": "3"}, "shared_dir_path": "/shared/my runs"},
+     ["steps=100000000000 is more than 1000000000", "stall_timeout=600 is not shorter than timeout=300",
+      "run_id='r\u00fcn-\u00e9t\u00e9': letters, digits", "model='llama tiny' is not a model name",
+      "args sets --steps, which the plan sets itself. Fix: -e steps=<value> instead", "args sets --checkpoint-dir",
+      "deepspeed_rank_env: WANDB_API_KEY looks like a secret", "deepspeed_rank_env: RANK is set by the run itself",
+      "shared_dir_path='/shared/my runs' must be an absolute path"]),
+    ("plan-values-3",
+     {"resume": "true", "entrypoint": "/shared/user/train_mlp.py", "exclude": "worker2,worker2"},
+     ["resume=true is the bundled trainer's, and entrypoint=/shared/user/train_mlp.py is your own script",
+      "exclude lists worker2 twice"]),
+    ("trainer-options",
+     {"args": "--micro-batch 0 --lr nan --seq-len 100000 --print-every 0 --warmup -3"},
+     ["--micro-batch 0 must be at least 1", "--lr nan is not a learning rate",
+      "--seq-len 100000 is longer than llama-tiny can attend to (512 positions)", "--print-every 0 must be at least 1",
+      "--warmup -3 must be at least 0"]),
+]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=[g[0] for g in GROUPS])
+def test_more_bad_values_each_named_with_its_fix(provisioned, run_playbook, tmp_path, group):
+    name, values, expected = group
+    values = dict(values)
+    values.setdefault("run_id", f"e2e-bad-{name}-{int(time.time())}")
+    extra = tmp_path / "vars.json"
+    extra.write_text(json.dumps(values))
+    res = run_playbook("train.yml", "-e", f"@{extra}", name=f"bad-{name}")
+    assert res.rc != 0, res.tail()
+    flat = " ".join(res.out.split())
+    missing = [f for f in expected if f not in flat]
+    assert not missing, f"{missing} not in the output:\n{res.tail(30)}"
+    assert flat.count("Fix:") >= len(expected)
+    assert "Start the run's agent" not in res.out
+    assert podman("exec", "mnds-coord", "sh", "-c", "ls /shared/runs | grep -c '^e2e-bad-%s' || true" % name
+                  ).stdout.strip() in ("", "0")
+
+
+def test_more_ranks_than_gpus_fails_naming_the_host(provisioned, run_playbook, tmp_path):
+    fake_gpu("worker1", "a30-2")
+    inventory = inventory_with(tmp_path, "worker1", "deepspeed_slots: 4\n          deepspeed_accelerator: cuda")
+    try:
+        res = run_playbook("train.yml", "-e", f"run_id=e2e-bad-slots-{int(time.time())}", inventory=inventory,
+                           name="bad-slots-beyond-gpus")
+    finally:
+        remove_fake_gpu("worker1")
+    assert res.rc != 0
+    flat = " ".join(res.out.split())
+    assert "host worker1: deepspeed_slots=4, but it has 2 GPU(s)" in flat and "Fix: deepspeed_slots <= 2" in flat, \
+        res.tail(30)
+    assert "Start the run's agent" not in res.out

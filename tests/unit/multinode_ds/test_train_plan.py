@@ -57,3 +57,23 @@ def test_node_name_is_the_inventory_name(tmp_path, monkeypatch):
     assert node_name(tmp_path, {}) == "worker7"
     assert node_name(tmp_path, {"CROSS_RANK": "5", "CROSS_SIZE": "2"}) == "worker7"
     assert node_name(tmp_path / "missing", {"CROSS_RANK": "0", "CROSS_SIZE": "2"}) == "worker7"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--micro-batch", "0"], "--micro-batch 0 must be at least 1"),
+    (["--seq-len", "1"], "--seq-len 1 must be at least 2"),
+    (["--seq-len", "100000"], "--seq-len 100000 is longer than llama-tiny can attend to (512 positions)"),
+    (["--lr", "nan"], "--lr nan is not a learning rate"),
+    (["--lr", "-0.1"], "--lr -0.1 is not a learning rate"),
+    (["--lr", "3"], "--lr 3.0 is not a learning rate"),
+    (["--warmup", "-3"], "--warmup -3 must be at least 0"),
+    (["--print-every", "0"], "--print-every 0 must be at least 1"),
+])
+def test_trainer_options_that_cannot_work_fail_the_dry_run(capsys, argv, needle):
+    rc, dummy, err = run(capsys, "--model", "llama-tiny", *argv)
+    assert rc == 2 and needle in err and "Fix: -e args=" in err
+
+
+def test_every_bad_option_is_named_at_once(capsys):
+    rc, dummy, err = run(capsys, "--micro-batch", "0", "--print-every", "0")
+    assert rc == 2 and "--micro-batch 0" in err and "--print-every 0" in err

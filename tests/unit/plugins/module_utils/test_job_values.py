@@ -108,3 +108,52 @@ def test_no_secret_env_no_secret_file():
 ])
 def test_bad_secret_env(secrets, needle):
     refused({"secret_env": secrets}, needle)
+
+
+@pytest.mark.parametrize("settings,needle", [
+    ({"steps": "100000000000"}, "steps=100000000000 is more than 1000000000, surely a typo"),
+    ({"timeout": "99999999"}, "timeout=99999999 is more than 2592000"),
+    ({"steps": "-5"}, "steps=-5 must be a whole number >= 1"),
+    ({"steps": "10.5"}, "steps=10.5 must be a whole number >= 1"),
+    ({"timeout": "1h"}, "timeout=1h must be a whole number >= 10"),
+    ({"timeout": "300", "stall_timeout": "600"}, "stall_timeout=600 is not shorter than timeout=300"),
+    ({"resume": "maybe"}, "resume=maybe is not a yes/no value. Fix: -e resume=true or -e resume=false"),
+    ({"preflight": "sometimes"}, "preflight=sometimes is not a yes/no value. Fix: -e preflight=true or -e "
+                                 "preflight=false or -e preflight=force"),
+    ({"hosts": "worker1,worker1"}, "hosts lists worker1 twice. Fix: name each host once (-e hosts=worker1)"),
+    ({"resume": "true", "entrypoint": "/shared/mine.py"}, "resume=true is the bundled trainer's"),
+    ({"args": "--steps 5"}, "args sets --steps, which the plan sets itself. Fix: -e steps=<value> instead"),
+    ({"args": "--checkpoint-dir=/tmp/x"}, "args sets --checkpoint-dir"),
+    ({"args": "--local_rank 3"}, "Fix: leave --local_rank out of args"),
+    ({"run_id": "my run"}, "run_id='my run': letters, digits"),
+    ({"run_id": "r\u00fcn"}, "run_id='r\u00fcn': letters, digits"),
+    ({"model": "llama tiny"}, "model='llama tiny' is not a model name"),
+])
+def test_more_bad_inputs_fail_the_plan_with_a_fix(settings, needle):
+    refused(settings, needle)
+
+
+def test_a_bad_model_name_is_the_only_problem_named():
+    with pytest.raises(JobError) as err:
+        plan({"model": "llama tiny"}, WORKERS, ["coord"], NOW)
+    assert "run_id" not in str(err.value)
+
+
+def test_arguments_of_a_users_script_are_its_own():
+    job = plan({"entrypoint": "/shared/mine.py", "args": "--steps 5 --resume"}, WORKERS, ["coord"], NOW)
+    assert job["program"] == ["/shared/mine.py", "--steps", "5", "--resume"]
+
+
+def test_more_ranks_than_gpus_on_a_gpu_worker():
+    workers = dict(WORKERS, worker1=dict(WORKERS["worker1"], gpus=2, slots=4))
+    refused_on = pytest.raises(JobError, match="host worker1: deepspeed_slots=4, but it has 2 GPU")
+    with refused_on:
+        plan({}, workers, ["coord"], NOW)
+    cpu_ranks = dict(WORKERS, worker1=dict(WORKERS["worker1"], gpus=2, slots=4, accelerator="cpu"))
+    assert plan({}, cpu_ranks, ["coord"], NOW)["slots"]["worker1"] == 4
+
+
+@pytest.mark.parametrize("word,value", [("yes", True), ("False", False), ("1", True), ("off", False)])
+def test_resume_reads_ansible_booleans(word, value):
+    job = plan({"resume": word}, WORKERS, ["coord"], NOW)
+    assert ("--resume" in job["program"]) is value
