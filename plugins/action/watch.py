@@ -7,10 +7,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
 import shlex
 import subprocess
 import time
 
+from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -49,7 +51,9 @@ class ActionModule(ActionBase):
             return None
         control = shlex.quote(run_dir.rstrip("/") + "/control")
         # The first line of input, if any, is the reason; end of input without one means this process is gone.
-        script = ("IFS= read -r why || why=''; [ \"$why\" = %s ] && exit 0; [ -n \"$why\" ] || why=%s; "
+        # A dropped connection is end of input too, so no signal stops it half-way.
+        script = ("trap '' HUP PIPE INT TERM; "
+                  "IFS= read -r why || why=''; [ \"$why\" = %s ] && exit 0; [ -n \"$why\" ] || why=%s; "
                   "cat >/dev/null; cd %s 2>/dev/null || exit 0; "
                   "[ -e DONE ] || [ -e ABORT ] || { set -C; "
                   "printf '{\"reason\": \"%%s\", \"host\": \"controller\", \"time\": %%s}\\n' "
@@ -58,6 +62,14 @@ class ActionModule(ActionBase):
             host = conn.get_option("host") or conn._play_context.remote_addr  # pylint: disable=protected-access
             argv = conn._build_command(conn.get_option("ssh_executable"), "ssh",  # pylint: disable=protected-access
                                        host, "sh -c %s" % shlex.quote(script))
+            # A connection of its own, not a session on Ansible's shared ControlMaster: whatever becomes of that
+            # master (its sessions, its persistence), this session lasts as long as this process (ssh keeps the
+            # first value of an option, so these win over the ones Ansible built).
+            argv = list(argv)
+            at = 1 + next((n for n, a in enumerate(argv) if os.path.basename(to_text(a)) in (
+                "ssh", os.path.basename(conn.get_option("ssh_executable") or "ssh"))), 0)  # after sshpass ... ssh
+            own = ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+            argv[at:at] = [o.encode() if isinstance(argv[0], bytes) else o for o in own]
             return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
         except Exception as exc:  # pylint: disable=broad-except
@@ -108,6 +120,7 @@ class ActionModule(ActionBase):
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
         switch = None
+        finished = False
         try:
             while True:
                 status = self._status(task_vars)
@@ -148,6 +161,7 @@ class ActionModule(ActionBase):
                         verdict = FAILED
                         break
                 time.sleep(poll)
+            finished = True
         except BaseException as exc:  # Ctrl-C on the controller included: stop the run everywhere.
             ignore_signals(previous)
             why = ("interrupted on the controller" if isinstance(exc, (KeyboardInterrupt, Interrupted))
@@ -163,8 +177,9 @@ class ActionModule(ActionBase):
                 pass  # the agents also stop when the controller's lease expires
             raise
         finally:
-            # Reached with the verdict in (or after the interrupt above released it): nothing more to write.
-            self._release_switch(switch or None, reason=ENDED)
+            # With the verdict in, nothing more to write: "ended". Reached any other way (an exception that the
+            # handler above did not see through), the switch writes ABORT on its own.
+            self._release_switch(switch or None, reason=ENDED if finished else None)
             if args.get("lock"):
                 try:
                     self._status(task_vars, release=args["lock"])

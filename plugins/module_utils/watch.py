@@ -177,6 +177,11 @@ class Interrupted(Exception):
 
 
 def raise_interrupted(signum, frame):
+    """One-shot: the first SIGINT/SIGTERM raises, the ones right behind it (Ctrl-C reaches the worker and Ansible's
+    main process, which then terminates the worker) are ignored, so that they cannot cut short the cleanup that
+    the first one started."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
     raise Interrupted(signal.Signals(signum).name)
 
 

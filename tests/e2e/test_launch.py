@@ -147,15 +147,16 @@ def test_ctrl_c_on_the_controller_stops_the_run_on_every_node(provisioned):
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         proc.wait(timeout=120)
     left = {}
-    while time.time() - interrupted < 90:
+    while time.time() - interrupted < 60:
         left = {n: run_processes(n, run_id) for n in NODES}
         if not any(left.values()):
             break
-        time.sleep(1)
+        time.sleep(0.5)
+    took = time.time() - interrupted
     assert not any(left.values()), f"still running after Ctrl-C: {left}"
-    print(f"every node stopped {time.time() - interrupted:.0f}s after Ctrl-C")
+    print(f"every node stopped {took:.1f}s after Ctrl-C")
     abort = json.loads(podman("exec", "mnds-coord", "cat", f"/shared/runs/{run_id}/control/ABORT").stdout)
-    # The watch's own record, or its dead man's switch's (the SSH session that ends with the watch's process);
-    # when Ansible ends the watch before either gets through, the lease, 45 s later (issue 15 wants it never).
-    assert abort["reason"] in ("interrupted on the controller", "the controller went away (interrupted or killed)",
-                               "the controller stopped watching (lease expired)")
+    # The watch's own record, or its dead man's switch's (the SSH session that ends with the watch's process),
+    # never the lease (45 s later).
+    assert abort["reason"] in ("interrupted on the controller", "the controller went away (interrupted or killed)")
+    assert took <= 10

@@ -87,3 +87,23 @@ def test_stop_signals_raise_interrupted_until_restored():
     finally:
         watch.restore_signals(previous)
     assert signal.getsignal(signal.SIGTERM) == previous[signal.SIGTERM]
+
+
+def test_the_signal_right_behind_the_first_cannot_cut_the_cleanup_short():
+    """Ctrl-C reaches Ansible's worker and its main process, which then terminates the worker: the SIGTERM that
+    follows the SIGINT must not raise inside the cleanup the SIGINT started (it once skipped the run's abort)."""
+    previous = watch.trap_stop_signals()
+    cleaned = []
+    try:
+        with pytest.raises(watch.Interrupted, match="SIGINT"):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.sigtimedwait([], 1)
+            except watch.Interrupted:
+                os.kill(os.getpid(), signal.SIGTERM)  # before the cleanup could ignore it itself
+                signal.sigtimedwait([], 1)
+                cleaned.append(True)
+                raise
+    finally:
+        watch.restore_signals(previous)
+    assert cleaned == [True]
