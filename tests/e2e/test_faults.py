@@ -169,8 +169,12 @@ def test_a_second_run_on_the_same_checkpoints_fails_at_once_naming_the_first(pro
     proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "lock-a")
     try:
         assert when_step(a_id, 3, lambda: None), "run A never started"
-        res = run_playbook("train.yml", "-e", "steps=10", "-e", f"run_id=e2e-lock-b-{stamp}", "-e", "preflight=false",
-                           "-e", "master_port=29611", name="lock-b")
+        # The same model through the other backend: it fails at once, naming A, and A trains on.
+        res = run_playbook("train.yml", "-e", "backend=ssh-free", "-e", "steps=10", "-e", f"run_id=e2e-lock-b-{stamp}",
+                           "-e", "preflight=false", "-e", "master_port=29611", name="lock-b")
+        step = rank_step(a_id)
+        assert when_step(a_id, step + 2, lambda: None, seconds=60), "run A stopped when B failed"
+        assert proc.poll() is None and all(run_processes(n, a_id) for n in ("worker1", "worker2"))
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:
