@@ -257,8 +257,8 @@ def plan(settings, workers, coordinators, now):
     # The default id: the UTC time to the millisecond and the action's random nonce, so that two runs started in
     # the same second (two terminals, a scheduler) never share a directory.
     stamp = "%s-%03d" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000)
-    run_id = settings.get("run_id") or "%s%s-%s" % (stamp, settings.get("run_nonce") or "", job["model"] if
-                                                     RUN_ID_RE.fullmatch(str(job["model"])) else "run")
+    named = job["model"] if RUN_ID_RE.fullmatch(str(job["model"])) else "run"
+    run_id = settings.get("run_id") or "%s%s-%s" % (stamp, settings.get("run_nonce") or "", named)
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
                         "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
