@@ -69,11 +69,15 @@ def playbook(args, name):
 
 
 @pytest.fixture
-def worker2_back(provisioned):
-    """Whatever a test does to worker2, it comes back at its address, with its services, afterwards."""
+def worker2_back(provisioned, run_playbook):
+    """Whatever a test does to worker2, it comes back at its address, with its services, afterwards, and with the
+    cluster's names in its /etc/hosts (podman rewrites the file when it starts a container again; the slurm tests
+    provision Slurm again themselves)."""
     yield
     localcluster("connect", "worker2")
-    localcluster("up")
+    assert localcluster("up").returncode == 0
+    res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "cluster_hosts.yml"), name="cluster-hosts-after-fault")
+    assert res.rc == 0, res.tail()
 
 
 def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker2_back):
