@@ -1,6 +1,7 @@
 """What the end-to-end tests ask of the local cluster's nodes (imported by the test modules)."""
 import json
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,3 +22,28 @@ def run_processes(node, run_id):
 
 def load_summary(run_id):
     return json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
+
+
+def on_coord(command):
+    """A shell command on the coordinator."""
+    return podman("exec", "mnds-coord", "sh", "-c", command)
+
+
+def rank_step(run_id, rank=0):
+    """The last step ``rank`` of run ``run_id`` recorded in its metrics (0 before the first)."""
+    res = on_coord(f"tail -n1 /shared/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
+    try:
+        return json.loads(res.stdout).get("step", 0)
+    except ValueError:
+        return 0
+
+
+def when_step(run_id, step, action, seconds=300):
+    """Run ``action`` once rank 0 reached ``step``; returns the time it ran, or None."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if rank_step(run_id) >= step:
+            action()
+            return time.time()
+        time.sleep(0.5)
+    return None

@@ -1,6 +1,5 @@
 """The faults real clusters have (issue 15): a node lost mid-run, a network cut (a stall), Ctrl-C during the stall,
 two runs side by side, and a resume without a checkpoint or from a torn one."""
-import json
 import os
 import signal
 import subprocess
@@ -10,38 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, podman, run_processes
+from e2e_nodes import load_summary, on_coord, podman, rank_step, run_processes, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-SHARED = "/shared"
-
-
-def on_coord(command):
-    return podman("exec", "mnds-coord", "sh", "-c", command)
 
 
 def localcluster(*args):
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
                           capture_output=True, text=True, check=False)
-
-
-def rank_step(run_id, rank=0):
-    try:
-        return json.loads(on_coord(f"tail -n1 {SHARED}/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
-                          .stdout).get("step", 0)
-    except ValueError:
-        return 0
-
-
-def when_step(run_id, step, action, seconds=300):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if rank_step(run_id) >= step:
-            action()
-            return time.time()
-        time.sleep(0.5)
-    return None
 
 
 def left_on(nodes, run_id, seconds=10):

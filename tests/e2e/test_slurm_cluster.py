@@ -10,15 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, podman, run_processes
+from e2e_nodes import load_summary, on_coord, podman, run_processes, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 NODES = ("coord", "worker1", "worker2")
-
-
-def on_coord(command):
-    return podman("exec", "mnds-coord", "sh", "-c", command)
 
 
 def nothing_left(run_id, seconds=60):
@@ -41,25 +37,6 @@ def sacct_state(job_id, seconds=20):
             break
         time.sleep(1)
     return state
-
-
-def rank_step(run_id, rank=0):
-    res = on_coord(f"tail -n1 /shared/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
-    try:
-        return json.loads(res.stdout).get("step", 0)
-    except ValueError:
-        return 0
-
-
-def when_step(run_id, step, action, seconds=300):
-    """Run ``action`` once rank 0 reached ``step``; returns the time it ran, or None."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if rank_step(run_id) >= step:
-            action()
-            return time.time()
-        time.sleep(0.5)
-    return None
 
 
 @pytest.fixture(scope="module")
