@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import localcluster
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
@@ -80,12 +81,6 @@ def podman(*args, **kw):
 def podman_fixture():
     """podman(*args) -> CompletedProcess, against the local cluster."""
     return podman
-
-
-def localcluster(*args):
-    """scripts/localcluster.py with this venv's Python; returns the CompletedProcess (output captured)."""
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
 
 
 @pytest.fixture(name="localcluster", scope="session")

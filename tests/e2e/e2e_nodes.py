@@ -1,6 +1,8 @@
 """What the end-to-end tests ask of the local cluster's nodes (imported by the test modules)."""
 import json
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -47,3 +49,23 @@ def when_step(run_id, step, action, seconds=300):
             return time.time()
         time.sleep(0.5)
     return None
+
+
+def localcluster(*args):
+    """scripts/localcluster.py with this venv's Python; returns the CompletedProcess (output captured)."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+
+
+def start_train(args, name):
+    """train.yml in the background, in a process group of its own (a test sends it Ctrl-C with os.killpg);
+    returns (process, its open log file, the log's path)."""
+    bin_dir = Path(sys.executable).parent
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
+               PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
+    log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "w")
+    proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, out, log

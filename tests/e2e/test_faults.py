@@ -2,22 +2,16 @@
 two runs side by side, and a resume without a checkpoint or from a torn one."""
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, on_coord, podman, rank_step, run_processes, when_step
+from e2e_nodes import (load_summary, localcluster, on_coord, podman, rank_step, run_processes, start_train,
+                       when_step)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def localcluster(*args):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, check=False)
 
 
 def left_on(nodes, run_id, seconds=10):
@@ -32,18 +26,6 @@ def left_on(nodes, run_id, seconds=10):
     return left
 
 
-def playbook(args, name):
-    bin_dir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
-               PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
-    log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log, "w")
-    proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, out, log
-
-
 @pytest.fixture
 def worker2_back(provisioned, run_playbook):
     """Whatever a test does to worker2, it comes back at its address, with its services, afterwards, and with the
@@ -56,18 +38,24 @@ def worker2_back(provisioned, run_playbook):
     assert res.rc == 0, res.tail()
 
 
-def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker2_back):
-    run_id = f"e2e-lost-{int(time.time())}"
+def fault_at_step_10(run_playbook, run_id, fault, args, name):
+    """train.yml with a long run, ``fault()`` once rank 0 reached step 10; the play must fail. Returns its result
+    and the seconds from the fault to the play's end."""
     at = {}
-    t = threading.Thread(target=lambda: at.setdefault("stop", when_step(
-        run_id, 10, lambda: podman("stop", "-t", "0", "mnds-worker2"))))
+    t = threading.Thread(target=lambda: at.setdefault("fault", when_step(run_id, 10, fault)))
     t.start()
-    res = run_playbook("train.yml", "-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
-                       name="lost-node")
+    res = run_playbook("train.yml", *args, "-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
+                       name=name)
     ended = time.time()
     t.join()
-    assert at.get("stop") and res.rc != 0
-    took = ended - at["stop"]
+    assert at.get("fault") and res.rc != 0
+    return res, ended - at["fault"]
+
+
+def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker2_back):
+    run_id = f"e2e-lost-{int(time.time())}"
+    res, took = fault_at_step_10(run_playbook, run_id, lambda: podman("stop", "-t", "0", "mnds-worker2"), [],
+                                 "lost-node")
     print(f"the play failed {took:.1f}s after worker2 stopped")
     assert took < 60
     flat = " ".join(res.out.split())
@@ -79,16 +67,8 @@ def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker
 
 def test_a_network_cut_stalls_the_run_and_is_named(provisioned, run_playbook, worker2_back):
     run_id = f"e2e-cut-{int(time.time())}"
-    at = {}
-    t = threading.Thread(target=lambda: at.setdefault("cut", when_step(
-        run_id, 10, lambda: localcluster("disconnect", "worker2"))))
-    t.start()
-    res = run_playbook("train.yml", "-e", "backend=ssh-free", "-e", "steps=100000", "-e", f"run_id={run_id}",
-                       "-e", "preflight=false", name="network-cut")
-    ended = time.time()
-    t.join()
-    assert at.get("cut") and res.rc != 0
-    took = ended - at["cut"]
+    res, took = fault_at_step_10(run_playbook, run_id, lambda: localcluster("disconnect", "worker2"),
+                                 ["-e", "backend=ssh-free"], "network-cut")
     print(f"the play failed {took:.1f}s after worker2's network was cut")
     assert took < 90
     flat = " ".join(res.out.split())
@@ -100,7 +80,7 @@ def test_a_network_cut_stalls_the_run_and_is_named(provisioned, run_playbook, wo
 def test_ctrl_c_during_a_stall_stops_every_reachable_node(provisioned, worker2_back):
     run_id = f"e2e-cut-ctrlc-{int(time.time())}"
     # pdsh, as in the field: its launcher on the coordinator holds SSH sessions to the cut worker.
-    proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
+    proc, out, log = start_train(["-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
                                "-e", "stall_timeout=600"], "cut-ctrl-c")
     try:
         assert when_step(run_id, 10, lambda: localcluster("disconnect", "worker2")), "the run never started"
@@ -122,7 +102,7 @@ def test_two_runs_side_by_side_neither_kills_the_other(provisioned, run_playbook
     stamp = int(time.time())
     a_id, b_id = f"e2e-side-a-{stamp}", f"e2e-side-b-{stamp}"
     # A: pdsh, llama-tiny, stopped with Ctrl-C; B: ssh-free, gpt2-tiny, another master port, runs to its end.
-    proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "side-a")
+    proc, out, log = start_train(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "side-a")
     try:
         assert when_step(a_id, 3, lambda: None), "run A never started"
         b = {}
@@ -146,7 +126,7 @@ def test_two_runs_side_by_side_neither_kills_the_other(provisioned, run_playbook
 def test_a_second_run_on_the_same_checkpoints_fails_at_once_naming_the_first(provisioned, run_playbook):
     stamp = int(time.time())
     a_id = f"e2e-lock-a-{stamp}"
-    proc, out, log = playbook(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "lock-a")
+    proc, out, log = start_train(["-e", "steps=100000", "-e", f"run_id={a_id}", "-e", "preflight=false"], "lock-a")
     try:
         assert when_step(a_id, 3, lambda: None), "run A never started"
         # The same model through the other backend: it fails at once, naming A, and A trains on.

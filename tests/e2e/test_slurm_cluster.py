@@ -3,14 +3,12 @@ Ctrl-C, the run's timeout, a node Slurm marks DOWN, and a batch script the user 
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, on_coord, podman, run_processes, when_step
+from e2e_nodes import load_summary, on_coord, podman, run_processes, start_train, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,21 +132,9 @@ def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_
     assert nothing_left(run_id) == {}
 
 
-def _playbook(args, name):
-    bin_dir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
-               PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
-    log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log, "w")
-    proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    return proc, out, log
-
-
 def test_ctrl_c_cancels_the_slurm_job(slurm):
     run_id = f"e2e-slurm-ctrlc-{int(time.time())}"
-    proc, out, log = _playbook(["-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
+    proc, out, log = start_train(["-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
                                 "-e", "preflight=false"], "slurm-ctrl-c")
     try:
         interrupted = when_step(run_id, 3, lambda: os.killpg(proc.pid, signal.SIGINT))
