@@ -81,7 +81,7 @@ def test_ctrl_c_during_a_stall_stops_every_reachable_node(provisioned, worker2_b
     run_id = f"e2e-cut-ctrlc-{int(time.time())}"
     # pdsh, as in the field: its launcher on the coordinator holds SSH sessions to the cut worker.
     proc, out, log = start_train(["-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
-                               "-e", "stall_timeout=600"], "cut-ctrl-c")
+                                  "-e", "stall_timeout=600"], "cut-ctrl-c")
     try:
         assert when_step(run_id, 10, lambda: localcluster("disconnect", "worker2")), "the run never started"
         time.sleep(15)  # the run hangs: nothing ends it but the user

@@ -135,7 +135,7 @@ def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_
 def test_ctrl_c_cancels_the_slurm_job(slurm):
     run_id = f"e2e-slurm-ctrlc-{int(time.time())}"
     proc, out, log = start_train(["-e", "backend=slurm", "-e", "steps=100000", "-e", f"run_id={run_id}",
-                                "-e", "preflight=false"], "slurm-ctrl-c")
+                                  "-e", "preflight=false"], "slurm-ctrl-c")
     try:
         interrupted = when_step(run_id, 3, lambda: os.killpg(proc.pid, signal.SIGINT))
         assert interrupted, "the run never started"
