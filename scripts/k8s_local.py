@@ -114,6 +114,8 @@ def fetch(work: Path) -> Path:
         dsc = sorted(src.glob("kubernetes_*.dsc"))[-1]
         say(f"dpkg-source -x {dsc.name}")
         run(["dpkg-source", "-x", "--no-check", dsc, tree], stdout=subprocess.DEVNULL)
+        for copy in work.glob("kubernetes_*.orig*.tar.*"):  # dpkg-source's copy next to the tree
+            copy.unlink()
     return tree
 
 

@@ -1,0 +1,83 @@
+"""The kubernetes backend's pod side: one pod of the run's StatefulSet is one rank node.
+
+``python -m multinode_ds.k8s pod --run-dir D``
+
+The pod's ordinal (the suffix of its name, ``MULTINODE_DS_POD`` from the downward API) is DeepSpeed's node
+rank.  The pod runs that node's agent with the argv the job plan gave it (``D/k8s/agents.json``, one argv per
+ordinal, written by ``run_prepare``): the agent starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's
+stable name as the master, beats, and stops the node's ranks on the run's ABORT, as on any other backend.
+
+A StatefulSet restarts a pod whose container exits, so when the agent is done the pod records the agent's exit
+code (``D/k8s/pod<ordinal>.exit``) and waits for the play to delete the StatefulSet.  SIGTERM (the StatefulSet
+deleted, a node drained) goes to the agent, which stops the node's ranks first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+AGENTS_FILE = "k8s/agents.json"
+
+
+def ordinal(pod_name: str) -> int:
+    """``mnds-r1-3`` -> 3."""
+    head, sep, tail = str(pod_name).rpartition("-")
+    if not sep or not head or not tail.isdigit():
+        raise SystemExit(f"multinode_ds.k8s: {pod_name!r} is not a StatefulSet pod's name (<name>-<ordinal>)")
+    return int(tail)
+
+
+def agent_argv(run_dir: Path, index: int) -> list:
+    try:
+        agents = json.loads((run_dir / AGENTS_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"multinode_ds.k8s: cannot read {run_dir / AGENTS_FILE}: {exc}")
+    if not isinstance(agents, list) or not 0 <= index < len(agents):
+        raise SystemExit(f"multinode_ds.k8s: pod ordinal {index} has no agent in {run_dir / AGENTS_FILE} "
+                         f"({len(agents) if isinstance(agents, list) else 0} pods planned)")
+    return agents[index]
+
+
+def pod_main(args) -> int:
+    run_dir = Path(args.run_dir)
+    index = ordinal(args.pod or os.environ.get("MULTINODE_DS_POD") or os.environ.get("HOSTNAME", ""))
+    argv = agent_argv(run_dir, index)
+    child = subprocess.Popen(argv, cwd=run_dir)
+
+    def forward(signum, frame):
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    rc = child.wait()
+    (run_dir / "k8s").mkdir(exist_ok=True)
+    (run_dir / "k8s" / f"pod{index}.exit").write_text(f"{rc}\n")
+    print(f"multinode_ds.k8s: pod {index}: the agent exited with {rc}; waiting to be deleted", flush=True)
+    if args.exit:
+        return rc
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(rc))
+    while True:
+        time.sleep(3600)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.k8s", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="what", required=True)
+    pod = sub.add_parser("pod", help="run this pod's share of the run (its agent)")
+    pod.add_argument("--run-dir", required=True)
+    pod.add_argument("--pod", default=None, help="the pod's name (default: MULTINODE_DS_POD, then HOSTNAME)")
+    pod.add_argument("--exit", action="store_true", help="exit with the agent's code instead of waiting")
+    args = p.parse_args(argv)
+    return pod_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""multinode_ds/k8s.py (issue 14, WIP): a StatefulSet pod runs its ordinal's agent."""
+import json
+import sys
+
+import pytest
+
+from multinode_ds import k8s
+
+
+def test_ordinal_from_the_pod_name():
+    assert k8s.ordinal("mnds-r1-0") == 0 and k8s.ordinal("mnds-run-a-12") == 12
+    with pytest.raises(SystemExit, match="not a StatefulSet pod"):
+        k8s.ordinal("worker1")
+
+
+def test_the_pod_runs_its_agent_and_records_its_exit(tmp_path):
+    (tmp_path / "k8s").mkdir()
+    (tmp_path / "k8s" / "agents.json").write_text(json.dumps([
+        [sys.executable, "-c", "raise SystemExit(0)"], [sys.executable, "-c", "raise SystemExit(3)"]]))
+    assert k8s.main(["pod", "--run-dir", str(tmp_path), "--pod", "mnds-r1-1", "--exit"]) == 3
+    assert (tmp_path / "k8s" / "pod1.exit").read_text() == "3\n"
+
+
+def test_an_ordinal_beyond_the_plan_is_named(tmp_path):
+    (tmp_path / "k8s").mkdir()
+    (tmp_path / "k8s" / "agents.json").write_text(json.dumps([["true"]]))
+    with pytest.raises(SystemExit, match="pod ordinal 2 has no agent"):
+        k8s.main(["pod", "--run-dir", str(tmp_path), "--pod", "mnds-r1-2", "--exit"])
