@@ -144,9 +144,7 @@ def build(args) -> int:
     for c in COMPONENTS:
         shutil.copy2(out / c, BIN / c)
     for c in ("etcd", "etcdctl"):
-        found = next((p for p in (work / "tools").rglob(c) if p.is_file() and os.access(p, os.X_OK)), None)
-        if found:
-            shutil.copy2(found, BIN / c)
+        shutil.copy2(work / "tools" / "usr" / "bin" / c, BIN / c)  # not /etc/init.d/etcd
     (BIN / "VERSION").write_text(json.dumps({"kubernetes": KUBE_VERSION, "git": KUBE_GIT_VERSION,
                                              "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                              "seconds": round(time.time() - t0)}) + "\n")
