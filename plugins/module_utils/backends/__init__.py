@@ -136,8 +136,10 @@ class Backend(object):
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import pdsh  # noqa: E402
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import ssh_free  # noqa: E402
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import slurm  # noqa: E402
+from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import kubernetes  # noqa: E402
 
-REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend, slurm.SlurmBackend))
+REGISTRY = dict((b.NAME, b) for b in (pdsh.PdshBackend, ssh_free.SshFreeBackend, slurm.SlurmBackend,
+                                      kubernetes.KubernetesBackend))
 # The backend of a job that names none: DeepSpeed's own default launcher.
 DEFAULT = pdsh.PdshBackend.NAME
 

@@ -69,8 +69,8 @@ def test_ssh_free_backend_starts_every_rank_node():
 def test_an_unknown_backend_lists_the_known_ones():
     with pytest.raises(JobError) as err:
         plan({"backend": "mpi"}, WORKERS, ["coord"], NOW)
-    assert "backend=mpi is not a launch backend. Fix: -e backend=pdsh or -e backend=slurm or -e backend=ssh-free" in str(err.value)
-    assert set(backends.REGISTRY) == {"pdsh", "ssh-free", "slurm"}
+    assert "backend=mpi is not a launch backend. Fix: -e backend=kubernetes or -e backend=pdsh or -e backend=slurm or -e backend=ssh-free" in str(err.value)
+    assert set(backends.REGISTRY) == {"pdsh", "ssh-free", "slurm", "kubernetes"}
 
 
 def test_every_bad_value_at_once():

@@ -47,8 +47,8 @@ def test_cluster_directories_must_be_plain_absolute_paths(var, key, path):
 @pytest.mark.parametrize("backend", sorted(backends.REGISTRY))
 @pytest.mark.parametrize("value", INJECTIONS[:-1])
 def test_user_values_go_to_the_program_file_never_to_a_launchers_command_line(backend, value):
-    job = plan({"backend": backend, "args": "--note %s" % json.dumps(value), "dataset": value, "model_path": value},
-               WORKERS, ["coord"], NOW)
+    job = plan({"backend": backend, "args": "--note %s" % json.dumps(value), "dataset": value, "model_path": value,
+                "k8s_image": "mnds-node:local"}, WORKERS, ["coord"], NOW)
     assert job["program"][-2:] == ["--note", value]
     assert "--dataset" in job["program"] and "--model-path" in job["program"]
     launch = job["launch"]

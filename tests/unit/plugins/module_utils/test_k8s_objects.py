@@ -89,3 +89,31 @@ def test_checks_name_the_variable_and_the_fix(opts, needle):
 def test_every_pod_gets_the_same_resources():
     job = plan({"run_id": "r4"}, workers(slots=(1, 2)), ["coord"], NOW)
     assert any("the same deepspeed_slots on every node" in p for p in k8s.check(job, OPTS))
+
+
+def test_the_backend_plans_pods_with_their_agents_and_pod_zero_as_master():
+    import json as _json
+    job = plan({"run_id": "r5", "backend": "kubernetes", "k8s_image": "mnds-node:local", "k8s_namespace": "train",
+                "k8s_shared_volume": "pvc:shared"}, workers(gpus=2, slots=(2, 2)), ["coord"], NOW)
+    launch = job["launch"]
+    assert launch["launchers"] == ["worker1", "worker2"]
+    argv = launch["argv"]["worker2"]
+    assert argv[argv.index("--master_addr") + 1] == "mnds-r5-0.mnds-r5.train.svc.cluster.local"
+    assert argv[argv.index("--node_rank") + 1] == "1" and "--no_ssh" in argv
+    agents = _json.loads(launch["files"]["k8s/agents.json"])
+    assert len(agents) == 2 and agents[1][agents[1].index("--host") + 1] == "worker2"
+    objects = _json.loads(launch["files"]["k8s/objects.json"])
+    assert [o["kind"] for o in objects] == ["Service", "StatefulSet"]
+    assert launch["start"] is True
+
+
+def test_k8s_apply_false_is_a_handoff():
+    job = plan({"run_id": "r6", "backend": "kubernetes", "k8s_image": "mnds-node:local", "k8s_apply": "false"},
+               workers(), ["coord"], NOW)
+    assert job["launch"]["start"] is False and "kubectl apply -f" in job["launch"]["handoff"]
+
+
+def test_a_missing_image_fails_the_plan():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError
+    with pytest.raises(JobError, match="k8s_image is not set"):
+        plan({"run_id": "r7", "backend": "kubernetes"}, workers(), ["coord"], NOW)
