@@ -8,6 +8,8 @@
                                 writes .cache/k8s/admin.kubeconfig; waits for /readyz
     scripts/k8s-local down      stops them and removes their state (the binaries stay)
     scripts/k8s-local status    is it up?
+    scripts/k8s-local node N... --resource nvidia.com/gpu=2
+                                nodes with no kubelet, whose capacity the caller gives, kept ready while it runs
 
 Nothing of the machine's apt configuration is changed: a private sources list (deb and deb-src lines for the
 machine's own Debian mirrors) and private lists and cache directories are passed to apt-get.
@@ -24,6 +26,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -37,7 +40,8 @@ KUBE_VERSION = "1.20.5+really1.20.2-1.1+deb12u1"
 KUBE_GIT_VERSION = "v1.20.2"
 TOOLS = ("golang-1.19-go", "golang-1.19-src", "etcd-server", "etcd-client")
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
-ETCD_PORT, ETCD_PEER_PORT = int(os.environ.get("MNDS_K8S_ETCD_PORT", 23790)), 23800
+ETCD_PORT = int(os.environ.get("MNDS_K8S_ETCD_PORT", 23790))
+ETCD_PEER_PORT = int(os.environ.get("MNDS_K8S_ETCD_PEER_PORT", 23800))
 API_PORT = int(os.environ.get("MNDS_K8S_API_PORT", 16443))
 SERVICE_RANGE = "10.0.0.0/24"
 
@@ -272,7 +276,9 @@ def up(args) -> int:
         BIN / "kube-controller-manager", f"--kubeconfig={PKI / 'controller-manager.kubeconfig'}",
         "--bind-address=127.0.0.1", "--secure-port=0", "--port=0",
         f"--service-account-private-key-file={PKI / 'sa.key'}", f"--root-ca-file={PKI / 'ca.crt'}",
-        "--use-service-account-credentials=true", "--controllers=*,-nodeipam"])
+        "--use-service-account-credentials=true", "--controllers=*,-nodeipam",
+        # A test cluster: a node that stops reporting is noticed in seconds, not 40 s.
+        "--node-monitor-period=2s", "--node-monitor-grace-period=12s"])
     start("kube-scheduler", [BIN / "kube-scheduler", f"--kubeconfig={PKI / 'scheduler.kubeconfig'}",
                              "--bind-address=127.0.0.1", "--secure-port=0", "--port=0"])
     time.sleep(1)
@@ -307,6 +313,59 @@ def status(args) -> int:
     return 0 if up_now else 1
 
 
+# --------------------------------------------------------------------------- nodes with no kubelet
+
+def api(method: str, path: str, body=None, content_type: str = "application/json"):
+    """One call to the apiserver as admin; the decoded answer, or None for 404."""
+    ctx = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+    ctx.load_cert_chain(str(PKI / "admin.crt"), str(PKI / "admin.key"))
+    req = urllib.request.Request(f"https://127.0.0.1:{API_PORT}{path}", method=method,
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": content_type, "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+            return json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise SystemExit(f"k8s-local: {method} {path}: {exc.code} {exc.read().decode(errors='replace')[:300]}")
+
+
+def node_status(resources: dict, ready: bool = True) -> dict:
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    res = {"cpu": "16", "memory": "64Gi", "pods": "110"}
+    res.update(resources)
+    return {"status": {"capacity": res, "allocatable": res, "conditions": [
+        {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
+         "message": "k8s-local node (no kubelet: its status comes from the test)", "lastHeartbeatTime": now,
+         "lastTransitionTime": now}]}}
+
+
+def node(args) -> int:
+    """Nodes whose capacity comes from the caller: created, then kept Ready (a heartbeat every 2 s) for
+    --for seconds or until this process is stopped; what a kubelet would report, with no kubelet."""
+    resources = dict(r.split("=", 1) for r in args.resource)
+    for name in args.names:
+        if api("GET", f"/api/v1/nodes/{name}") is None:
+            api("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": name, "labels": {"kubernetes.io/hostname": name, "multinode-deepspeed.io/k8s-local": "fake"}}})
+        api("PATCH", f"/api/v1/nodes/{name}/status", node_status(resources), "application/merge-patch+json")
+    say(f"nodes {', '.join(args.names)}: ready with {resources or 'no extended resources'}")
+    deadline = time.time() + args.seconds if args.seconds else None
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    while deadline is None or time.time() < deadline:
+        time.sleep(2)
+        for name in args.names:
+            api("PATCH", f"/api/v1/nodes/{name}/status", node_status(resources), "application/merge-patch+json")
+    return 0
+
+
+def unnode(args) -> int:
+    for name in args.names:
+        api("DELETE", f"/api/v1/nodes/{name}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="scripts/k8s-local", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -317,8 +376,15 @@ def main(argv=None) -> int:
     sub.add_parser("up")
     sub.add_parser("down")
     sub.add_parser("status")
+    n = sub.add_parser("node", help="nodes with no kubelet, their capacity from the caller, kept ready while this runs")
+    n.add_argument("names", nargs="+")
+    n.add_argument("--resource", action="append", default=[], metavar="NAME=COUNT",
+                   help="an allocatable resource, e.g. nvidia.com/gpu=2 (repeat)")
+    n.add_argument("--for", dest="seconds", type=float, default=0, help="stop reporting after this long (0: never)")
+    u = sub.add_parser("unnode", help="delete nodes")
+    u.add_argument("names", nargs="+")
     args = p.parse_args(argv)
-    return {"build": build, "up": up, "down": down, "status": status}[args.what](args)
+    return {"build": build, "up": up, "down": down, "status": status, "node": node, "unnode": unnode}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, blame_stall, decide, ignore_signals, progress_line,
     restore_signals, stalled, trap_stop_signals, unreachable)
@@ -30,7 +31,7 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
-                             "timeout", "stall_timeout", "startup_timeout", "addresses", "lock"))
+                             "timeout", "stall_timeout", "startup_timeout", "addresses", "lock", "follow"))
 
     def _status(self, task_vars, **kw):
         args = dict(run_dir=self._task.args["run_dir"], touch_lease=True)
@@ -109,6 +110,9 @@ class ActionModule(ActionBase):
         stall_timeout = float(args.get("stall_timeout") or 0) or None
         startup_timeout = float(args.get("startup_timeout") or 300)
         addresses = dict(args.get("addresses") or {})
+        # What the backend follows beside the heartbeats (a Kubernetes run's pods), from the controller.
+        follow = args.get("follow") or None
+        follower = backends.get(follow["backend"]).follower(follow) if follow else None
         t0 = time.time()
         last_print = 0.0
         last_line = None
@@ -130,6 +134,12 @@ class ActionModule(ActionBase):
                 verdict, reason, action = decide(status, nodes, launchers, now, heartbeat_timeout=hb_timeout,
                                                  start_timeout=start_timeout, started_at=now - (time.time() - t0),
                                                  world_size=world_size)
+                if follower is not None and verdict == RUNNING and not action:
+                    problems = follower.poll()
+                    if problems:
+                        reason = "; ".join(msg for _host, msg, _lost in problems)
+                        action = ("abort", reason, [h for h, _msg, lost in problems if lost and h])
+                        verdict = STOPPING
                 if timeout and verdict == RUNNING and time.time() - t0 > timeout:
                     reason = "the run exceeded its timeout of %.0fs" % timeout
                     action = ("abort", reason)
@@ -148,6 +158,8 @@ class ActionModule(ActionBase):
                 elif action and action[0] == "done":
                     self._status(task_vars, done=True)
                 line = progress_line(status, now, total)
+                if follower is not None and verdict in (RUNNING, STOPPING):
+                    line = "%s; %s" % (line, follower.progress())
                 if time.time() - last_print >= every or verdict in (SUCCESS, FAILED):
                     if line != last_line or time.time() - last_print >= every:
                         display.display("[%s] %s" % (host, line), color="cyan")
@@ -170,6 +182,14 @@ class ActionModule(ActionBase):
             # gets there first (Ansible may end this process before it does).
             self._release_switch(switch or None, wait=2.0, reason=why.splitlines()[0].replace('"', "'")[:300])
             switch = None
+            if follower is not None:
+                # The play ends here (its last steps do not run on Ctrl-C, and Ansible's main process may be gone
+                # before the module call below returns): the backend's objects go first, in a few API calls.
+                try:
+                    deleted = follower.stop()
+                    display.display("[%s] deleted %s" % (host, ", ".join(deleted) or "nothing (kept)"), color="red")
+                except Exception as exc:  # pylint: disable=broad-except
+                    display.display("[%s] could not delete the run's objects: %s" % (host, exc), color="red")
             try:
                 self._status(task_vars, abort=why)
                 display.display("[%s] stopped the run on every node: %s" % (host, why), color="red")
@@ -196,5 +216,6 @@ class ActionModule(ActionBase):
                 pass
         result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}), lost=lost,
                       abort=status.get("abort"), ranks=status.get("ranks", {}),
-                      done_ranks=status.get("done_ranks", []), elapsed=time.time() - t0)
+                      done_ranks=status.get("done_ranks", []), elapsed=time.time() - t0,
+                      follow=follower.record() if follower is not None else None)
         return result

@@ -85,16 +85,14 @@ def objects(job, opts):
     labels = dict(APP)
     labels[LABEL] = name
     hosts = list(job["rank_hosts"])
-    slots = job["slots"][hosts[0]]
     interface = "eth0" if not opts.get("host_network") else (opts.get("interface") or job.get("interface") or "eth0")
     env = dict(job["env"])
     env.update(fabric_env(opts["fabric"], opts.get("profile_env"), opts.get("interface") or interface))
-    env["MULTINODE_DS_K8S_MASTER"] = master_dns(name, namespace, opts.get("cluster_domain") or "cluster.local")
-    resources = {}
-    if job["accelerator"] == "cuda":
-        resources["nvidia.com/gpu"] = str(slots)
     if opts["fabric"] == "rdma":
-        resources[opts["rdma_resource"]] = str(opts.get("rdma_count") or 1)
+        # The nodes' own tcp profile (a plan made over Ethernet-only hosts) must not switch InfiniBand off.
+        env.pop("NCCL_IB_DISABLE", None)
+    env["MULTINODE_DS_K8S_MASTER"] = master_dns(name, namespace, opts.get("cluster_domain") or "cluster.local")
+    resources = dict((k, str(v)) for k, v in per_pod_resources(job, opts).items())
     container = {
         "name": "ranks",
         "image": opts["image"],
@@ -114,9 +112,22 @@ def objects(job, opts):
     shm = {"medium": "Memory"}
     if opts.get("shm_size"):
         shm["sizeLimit"] = opts["shm_size"]
+    volumes = [volume(opts.get("volume") or {}, job["shared_dir"]), {"name": "dshm", "emptyDir": shm}]
+    items = []
+    if job["env"].get("HF_TOKEN_PATH"):
+        items.append({"key": "hf_token", "path": "hf_token"})
+    if job.get("secret_file"):
+        items.append({"key": "secret_env", "path": "runs/" + job["secret_file"].rpartition("/")[2]})
+    if items:
+        # The run's Secret (the play's start step makes it from hf_token and secret_env), where the ranks read
+        # them on any other backend: <home>/secrets.
+        volumes.append({"name": "secrets", "secret": {"secretName": secret_name(name), "items": items,
+                                                      "defaultMode": 0o400}})
+        container["volumeMounts"].append({"name": "secrets", "mountPath": job["home"] + "/secrets",
+                                          "readOnly": True})
     pod_spec = {
         "containers": [container],
-        "volumes": [volume(opts.get("volume") or {}, job["shared_dir"]), {"name": "dshm", "emptyDir": shm}],
+        "volumes": volumes,
         "terminationGracePeriodSeconds": 15,
         "enableServiceLinks": False,
     }
@@ -189,3 +200,315 @@ def parse_volume(text):
     if kind == "hostPath":
         return {"kind": "hostPath", "path": rest}
     return {"kind": kind}
+
+
+# A container that cannot start for one of these reasons will not start by waiting.
+STUCK_REASONS = {
+    "ErrImagePull": "the node cannot pull k8s_image. Fix: -e k8s_image=<an image the nodes can pull or have>",
+    "ImagePullBackOff": "the node cannot pull k8s_image. Fix: -e k8s_image=<an image the nodes can pull or have>",
+    "ErrImageNeverPull": "k8s_image is not on the node. Fix: load the image on every GPU node, or push it to a "
+                         "registry the nodes can pull from",
+    "InvalidImageName": "k8s_image is not an image reference. Fix: -e k8s_image=<registry/name:tag>",
+    "CreateContainerConfigError": "the pod's configuration is invalid on the node. Fix: see the message",
+    "CreateContainerError": "the runtime cannot create the container. Fix: see the message",
+    "RunContainerError": "the runtime cannot run the container. Fix: see the message",
+    "CrashLoopBackOff": "the container keeps exiting. Fix: see the pod's log (runs/<run_id>/k8s/)",
+}
+# Seconds a pod may stay unschedulable, or missing from its StatefulSet, before the run is stopped.
+UNSCHEDULABLE_GRACE = 15
+MISSING_GRACE = 30
+
+
+def _time(text):
+    """An API timestamp (``2026-11-24T10:00:00Z``) -> seconds since the epoch, or None."""
+    import calendar
+    import time as _t
+    try:
+        return float(calendar.timegm(_t.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ")))
+    except (TypeError, ValueError):
+        return None
+
+
+def condition(obj, kind):
+    """The ``kind`` condition of a pod's or node's status (a dict), or {}."""
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return {}
+
+
+def pod_ordinal(pod):
+    name = (pod.get("metadata") or {}).get("name") or ""
+    tail = name.rpartition("-")[2]
+    return int(tail) if tail.isdigit() else None
+
+
+def pod_state(pod):
+    """One pod, as the run's record keeps it: name, ordinal, phase, node, ready, restarts, the container's state
+    and why."""
+    status = pod.get("status") or {}
+    cstat = (status.get("containerStatuses") or [{}])[0]
+    state = cstat.get("state") or {}
+    kind = next(iter(state), None)
+    detail = state.get(kind) or {}
+    return {"pod": (pod.get("metadata") or {}).get("name"), "ordinal": pod_ordinal(pod),
+            "phase": status.get("phase"), "node": (pod.get("spec") or {}).get("nodeName"),
+            "ip": status.get("podIP"), "ready": condition(pod, "Ready").get("status") == "True",
+            "restarts": int(cstat.get("restartCount") or 0), "container": kind,
+            "reason": detail.get("reason") or status.get("reason"),
+            "message": detail.get("message") or status.get("message"),
+            "exit_code": detail.get("exitCode"),
+            "started": bool(cstat.get("containerID")) or kind in ("running", "terminated"),
+            "unschedulable": condition(pod, "PodScheduled").get("reason") == "Unschedulable",
+            "unschedulable_message": condition(pod, "PodScheduled").get("message"),
+            "unschedulable_since": _time(condition(pod, "PodScheduled").get("lastTransitionTime"))}
+
+
+def pod_problems(pods, nodes, expected, now, created=None, events=()):
+    """Why the run's pods will not run, from the API's objects (JSON dicts): ``pods`` (the run's), ``nodes``
+    (every Node), ``expected`` (the plan's rank hosts, in ordinal order), ``now`` and ``created`` (when the
+    StatefulSet was created, seconds), ``events`` (the StatefulSet's events).
+
+    Returns ``[(rank host, pod, message, lost)]``: ``lost`` when the pod's node stopped reporting.  Empty while
+    the pods are running or may still start."""
+    out = []
+    by_ordinal = dict((pod_ordinal(p), p) for p in pods)
+    ready = dict(((n.get("metadata") or {}).get("name"), condition(n, "Ready")) for n in nodes)
+    for index, host in enumerate(expected):
+        pod = by_ordinal.get(index)
+        if pod is None:
+            if created is not None and now - created > MISSING_GRACE:
+                why = [e.get("message") for e in events if e.get("reason") == "FailedCreate"]
+                out.append((host, None, "the StatefulSet did not create pod %d in %ds%s" % (
+                    index, MISSING_GRACE, ": " + why[-1] if why else ""), False))
+            continue
+        st = pod_state(pod)
+        name, node = st["pod"], st["node"]
+        where = "pod %s%s" % (name, " on node %s" % node if node else "")
+        if st["phase"] == "Failed":
+            out.append((host, name, "%s failed: %s" % (where, st["message"] or st["reason"] or "no reason given"),
+                        st["reason"] in ("Evicted", "NodeLost", "Shutdown")))
+        elif st["phase"] == "Succeeded":
+            continue
+        elif st["unschedulable"]:
+            since = st["unschedulable_since"]
+            if since is None or now - since >= UNSCHEDULABLE_GRACE:
+                out.append((host, name, "pod %s cannot be scheduled: %s. Fix: free or add nodes with the resources "
+                            "the pod asks for (nvidia.com/gpu, the RDMA resource), or -e hosts= fewer nodes" % (
+                                name, st["unschedulable_message"] or "no node fits"), False))
+        elif node and ready.get(node, {}).get("status") != "True":
+            cond = ready.get(node) or {}
+            out.append((host, name, "%s: node %s is not ready (Ready=%s%s), so the pod does not run" % (
+                where, node, cond.get("status") or "unknown", ": " + cond["message"] if cond.get("message") else ""),
+                True))
+        elif st["container"] == "waiting" and st["reason"] in STUCK_REASONS:
+            out.append((host, name, "%s cannot start: %s%s; %s" % (
+                where, st["reason"], " (%s)" % st["message"] if st["message"] else "", STUCK_REASONS[st["reason"]]),
+                False))
+        elif st["restarts"] > 0:
+            out.append((host, name, "%s: its container exited%s and was restarted %d time(s); the run does not "
+                        "survive a restart. Fix: see the pod's log (runs/<run_id>/k8s/)" % (
+                            where, " with %s" % st["exit_code"] if st["exit_code"] is not None else "",
+                            st["restarts"]), False))
+    return out
+
+
+def allocatable(nodes):
+    """Per schedulable, ready Node: its allocatable resources (name -> int) and why others are left out."""
+    fit, skipped = {}, {}
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name")
+        spec = node.get("spec") or {}
+        taints = [t for t in spec.get("taints") or [] if t.get("effect") in ("NoSchedule", "NoExecute")]
+        if spec.get("unschedulable"):
+            skipped[name] = "cordoned"
+        elif condition(node, "Ready").get("status") != "True":
+            skipped[name] = "not ready"
+        elif taints:
+            skipped[name] = "tainted %s" % ", ".join("%s=%s:%s" % (t.get("key"), t.get("value", ""), t.get("effect"))
+                                                     for t in taints)
+        else:
+            res = {}
+            for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+                try:
+                    res[key] = int(str(value))
+                except ValueError:
+                    continue
+            fit[name] = res
+    return fit, skipped
+
+
+def capacity_problems(nodes, pods, per_pod):
+    """Can ``pods`` pods, each asking for ``per_pod`` (resource -> count), be placed on the schedulable Nodes?
+    (First fit, one pod's resources on one node.)  Returns problems, each naming what is missing and the fix."""
+    fit, skipped = allocatable(nodes)
+    if not per_pod:
+        return [] if fit else ["no schedulable, ready node in the cluster%s. Fix: add or uncordon a node" % (
+            " (%s)" % ", ".join("%s: %s" % kv for kv in sorted(skipped.items())) if skipped else "")]
+    problems = []
+    for res, count in sorted(per_pod.items()):
+        have = dict((n, r.get(res, 0)) for n, r in fit.items())
+        if not any(have.values()):
+            problems.append("no schedulable node has %s (the pods ask for %d each)%s. Fix: %s" % (
+                res, count, " (%s)" % ", ".join("%s: %s" % kv for kv in sorted(skipped.items())) if skipped else "",
+                "install the device plugin that provides it, or -e k8s_rdma_resource=<the name it uses>"
+                if res != "nvidia.com/gpu" else "install NVIDIA's device plugin on the GPU nodes"))
+    if problems:
+        return problems
+    free = dict((n, dict(r)) for n, r in fit.items())
+    placed = 0
+    for _ in range(pods):
+        for name in sorted(free):
+            if all(free[name].get(res, 0) >= count for res, count in per_pod.items()):
+                for res, count in per_pod.items():
+                    free[name][res] -= count
+                placed += 1
+                break
+    if placed < pods:
+        return ["the cluster's schedulable nodes fit %d of the %d pods (each asks for %s; allocatable: %s). Fix: -e "
+                "hosts= fewer nodes, fewer deepspeed_slots, or free the nodes" % (
+                    placed, pods, ", ".join("%s=%d" % kv for kv in sorted(per_pod.items())),
+                    "; ".join("%s: %s" % (n, ", ".join("%s=%d" % (res, fit[n].get(res, 0)) for res in sorted(per_pod)))
+                              for n in sorted(fit)) or "none")]
+    return []
+
+
+def per_pod_resources(job, opts):
+    """What one pod asks for (resource -> count), as ``objects`` writes it."""
+    out = {}
+    if job["accelerator"] == "cuda":
+        out["nvidia.com/gpu"] = int(job["slots"][job["rank_hosts"][0]])
+    if opts.get("fabric") == "rdma":
+        out[opts["rdma_resource"]] = int(opts.get("rdma_count") or 1)
+    return out
+
+
+def secret_name(name):
+    """The run's Secret (hf_token, secret_env), created by the play's start step when the run has secrets."""
+    return name + "-secrets"
+
+
+class Api(object):
+    """The few reads and deletes the watch makes, with the ``kubernetes`` client and the controller's kubeconfig
+    (imported here, when a watch follows pods: nothing else needs the client)."""
+
+    def __init__(self, kubeconfig=None, context=None, timeout=5):
+        from kubernetes import client, config  # pylint: disable=import-outside-toplevel
+        self.client = client
+        self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.timeout = timeout
+
+    @staticmethod
+    def _json(resp):
+        import json  # pylint: disable=import-outside-toplevel
+        return json.loads(resp.data)
+
+    def pods(self, namespace, name):
+        return self._json(self.core.list_namespaced_pod(namespace, label_selector="%s=%s" % (LABEL, name),
+                                                        _preload_content=False,
+                                                        _request_timeout=self.timeout)).get("items") or []
+
+    def nodes(self):
+        return self._json(self.core.list_node(_preload_content=False, _request_timeout=self.timeout)).get("items") or []
+
+    def statefulset(self, namespace, name):
+        try:
+            return self._json(self.apps.read_namespaced_stateful_set(name, namespace, _preload_content=False,
+                                                                     _request_timeout=self.timeout))
+        except self.client.exceptions.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def events(self, namespace, name):
+        return self._json(self.core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=%s" % name, _preload_content=False,
+            _request_timeout=self.timeout)).get("items") or []
+
+    def delete_run(self, namespace, name):
+        """The run's StatefulSet (its pods with it), Service and Secret; the ones that were there."""
+        deleted = []
+        for kind, call in (("StatefulSet", self.apps.delete_namespaced_stateful_set),
+                           ("Service", self.core.delete_namespaced_service),
+                           ("Secret", self.core.delete_namespaced_secret)):
+            target = secret_name(name) if kind == "Secret" else name
+            try:
+                call(target, namespace, propagation_policy="Background", _preload_content=False,
+                     _request_timeout=self.timeout)
+                deleted.append("%s/%s" % (kind, target))
+            except self.client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return deleted
+
+
+def _api_failure(res):
+    """The first line of why a registered kubernetes.core result failed, or None."""
+    if not res or not res.get("failed"):
+        return None
+    msg = str(res.get("msg") or res.get("error") or "failed").strip()
+    for key in ("reason", "status"):
+        if res.get(key):
+            msg = "%s (%s)" % (msg, res[key])
+    return msg.splitlines()[0][:400]
+
+
+def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=None):
+    """The kubernetes backend's verdicts (``check``, ``host``, ``status``, ``detail``, ``fix``) from what the
+    controller read with kubernetes.core.k8s_info: ``namespace`` (the Namespace), ``nodes`` (every Node),
+    ``claim`` (the PersistentVolumeClaim, when the shared volume is one).  ``opts``: the plan's backend options;
+    ``extra``: the backend's ``extra`` (``per_pod``, ``pods``)."""
+    host = "kubernetes"
+    out = []
+
+    def verdict(check, ok, detail, fix=None):
+        out.append({"check": check, "host": host, "status": "pass" if ok else "fail", "detail": detail,
+                    "fix": None if ok else fix})
+
+    config = opts.get("kubeconfig")
+    if not kubeconfig_found:
+        verdict("kubernetes api", False, "no kubeconfig at %s" % config,
+                "-e k8s_kubeconfig=<the cluster's kubeconfig on the controller>, or export KUBECONFIG")
+        return out
+    failure = _api_failure(namespace)
+    if failure:
+        verdict("kubernetes api", False, "the API does not answer with %s%s: %s" % (
+            config, " (context %s)" % opts["context"] if opts.get("context") else "", failure),
+            "check the kubeconfig's server and credentials (-e k8s_kubeconfig=, -e k8s_context=)")
+        return out
+    verdict("kubernetes api", True, "answers with %s" % config)
+    ns = opts.get("namespace")
+    if not (namespace or {}).get("resources"):
+        verdict("kubernetes namespace", False, "namespace %s does not exist" % ns,
+                "-e k8s_namespace=<an existing namespace>, or create it: kubectl create namespace %s" % ns)
+    else:
+        verdict("kubernetes namespace", True, "namespace %s exists" % ns)
+    failure = _api_failure(nodes)
+    if failure:
+        verdict("kubernetes capacity", False, "cannot list the nodes: %s" % failure,
+                "give the kubeconfig's user the right to list nodes")
+    else:
+        problems = capacity_problems((nodes or {}).get("resources") or [], int(extra["pods"]), extra["per_pod"])
+        want = ", ".join("%s=%d" % kv for kv in sorted(extra["per_pod"].items())) or "no extended resources"
+        if problems:
+            for problem in problems:
+                detail, _, fix = problem.partition(". Fix: ")
+                verdict("kubernetes capacity", False, detail, fix)
+        else:
+            verdict("kubernetes capacity", True, "%d pods of %s fit on the schedulable nodes" % (
+                int(extra["pods"]), want))
+    vol = opts.get("volume") or {}
+    if vol.get("kind") == "pvc":
+        failure = _api_failure(claim)
+        found = (claim or {}).get("resources") or []
+        if failure or not found:
+            verdict("kubernetes volume", False, "claim %s is not in namespace %s%s" % (
+                vol.get("claim"), ns, ": " + failure if failure else ""),
+                "-e k8s_shared_volume=pvc:<an existing claim>, or create the claim")
+        else:
+            phase = (found[0].get("status") or {}).get("phase")
+            verdict("kubernetes volume", phase == "Bound", "claim %s is %s" % (vol.get("claim"), phase or "unknown"),
+                    "bind the claim to a volume (it is %s)" % phase)
+    return out

@@ -86,6 +86,14 @@ options:
   lock:
     description: The run's checkpoint lock (M(multinode.deepspeed.run_prepare) took it), given back when the watch ends.
     type: path
+  follow:
+    description:
+      - What the launch backend follows beside the agents' heartbeats, from its plan (C(launch.follow)), e.g. a
+        Kubernetes run's pods. The watch reads it from the controller every poll; a pod that cannot be scheduled,
+        cannot start, restarts, or whose node stops reporting stops the run at once, naming the pod and the node.
+      - On Ctrl-C, the watch deletes what the backend created (unless the plan keeps it), since the play's last
+        steps do not run then.
+    type: dict
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -117,6 +125,10 @@ reason:
   description: Why the run failed (null on success).
   returned: always
   type: str
+follow:
+  description: What the backend followed, as last seen (a Kubernetes run's pods, their nodes and states), or null.
+  returned: always
+  type: dict
 lost:
   description: The rank nodes the run lost - the watch's abort named them, or, when the run failed, the coordinator
     could not reach them (O(addresses)).

@@ -17,7 +17,16 @@ A backend is one file in this package with one ``Backend`` subclass, listed in `
 * ``check(job)``: problems of the planned job that only this backend has;
 * ``files(job)``: more files of the run directory (path under it -> text), written with the hostfile;
 * ``start(job)`` / ``handoff(job)``: whether the play starts the run, and what it says when it does not;
-* ``checks``: the preflight role's tasks file for this backend (``tasks/backend/<checks>.yml``), or None.
+* ``checks``: the preflight role's tasks file for this backend (``tasks/backend/<checks>.yml``), or None;
+* ``ssh_agents(job)``: the agents the play starts over SSH (default: all); the others are started by the
+  backend's scheduler (a Kubernetes pod runs its own);
+* ``tasks``: the backend's one tasks file for the run, in role ``backend`` (``tasks/<tasks>.yml``), included
+  with ``backend_step`` ``start`` (before the agents start) and ``finish`` (after the run is collected,
+  whatever its end), or None;
+* ``follow(job)`` / ``follower(spec)``: what the watch follows beside the agents' heartbeats (a scheduler's
+  view of the ranks), as JSON, and the object that follows it on the controller (``poll``, ``progress``,
+  ``record``, ``stop``), or None;
+* ``probe_nodes``: whether the watch may probe the rank nodes' SSH port to name one that is cut off.
 
 Pure Python, no Ansible import.
 """
@@ -46,6 +55,8 @@ class Backend(object):
     ranks_over_ssh = False
     stop = "lease"
     checks = None
+    tasks = None
+    probe_nodes = True
     # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
     # stopping its job) before it kills them; 0: at once.
     sweep_after = 0
@@ -73,6 +84,19 @@ class Backend(object):
 
     def launchers(self, job):
         raise NotImplementedError
+
+    def ssh_agents(self, job):
+        return self.agents(job)
+
+    def follow(self, job):
+        return None
+
+    def follower(self, spec):
+        return None
+
+    def extra(self, job):
+        """What the backend's tasks file reads of the plan, beyond the common description (JSON)."""
+        return {}
 
     def agents(self, job):
         """Launchers first, then every rank node not yet listed."""
@@ -127,9 +151,10 @@ class Backend(object):
         return {"name": self.NAME, "launchers": launchers, "agents": agents, "argv": argv,
                 "agent_argv": dict((node, self.agent_argv(job, node, argv.get(node))) for node in agents),
                 "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ssh_targets": self.ssh_targets(job),
-                "ranks_over_ssh": self.ranks_over_ssh,
+                "ranks_over_ssh": self.ranks_over_ssh, "ssh_agents": self.ssh_agents(job),
                 "stop": self.stop, "checks": self.checks, "files": self.files(job), "start": self.start(job),
-                "handoff": self.handoff(job)}
+                "handoff": self.handoff(job), "tasks": self.tasks, "follow": self.follow(job),
+                "probe_nodes": self.probe_nodes, "extra": self.extra(job)}
 
 
 # The registry: one import and one entry per backend.

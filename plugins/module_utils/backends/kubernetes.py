@@ -1,13 +1,20 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubernetes (issue 14, WIP): the run is one headless Service and one StatefulSet (module_utils/k8s.py).
+"""kubernetes: the run is one headless Service and one StatefulSet (module_utils/k8s.py), applied from the
+controller with kubernetes.core.k8s.
 
 Where ranks start: one pod per rank host of the plan; the pod's ordinal is DeepSpeed's node rank, its agent
 starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's stable DNS name as the master
-(``multinode_ds.k8s pod``).  What watches them: the same agents' heartbeats on the shared directory, and the pods'
-status.  How a run stops: the agents' ABORT and lease, then the StatefulSet deleted (not yet wired: see
-docs/wip-kubernetes.md).
+(``multinode_ds.k8s pod``).  The play starts no agent over SSH.
+What watches them: the agents' heartbeats on the shared directory (the pods mount it), and the pods' status from
+the API (``follower``: a pod that cannot be scheduled, cannot start, restarts or whose node stops reporting
+stops the run at once, naming it).
+How a run stops: the agents' ABORT and lease, as everywhere; then the StatefulSet and the Service are deleted
+(role ``backend``'s ``kubernetes.yml`` at the end of the play, the watch itself on Ctrl-C), unless
+``k8s_keep``.
+Preflight and the start check the cluster first (the API answers, the namespace, allocatable GPUs and the RDMA
+resource, the claim): role ``backend``, ``kubernetes.yml``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -15,6 +22,8 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import os
+import time
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils import backends, k8s
 
@@ -26,6 +35,8 @@ class KubernetesBackend(backends.Backend):
     NAME = "kubernetes"
     DESCRIPTION = "a StatefulSet and a headless Service per run, one pod per rank node (kubernetes.core)"
     checks = "kubernetes"
+    tasks = "kubernetes"
+    probe_nodes = False
     SETTINGS = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
                 "k8s_fabric": "tcp", "k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_host_network": False,
                 "k8s_shared_volume": "", "k8s_shm_size": None, "k8s_apply": True, "k8s_keep": False,
@@ -37,6 +48,9 @@ class KubernetesBackend(backends.Backend):
         for key in ("host_network", "apply", "keep"):
             opts[key] = backends.flag(opts[key])
         opts["volume"] = k8s.parse_volume(opts.pop("shared_volume"))
+        # The controller's kubeconfig, as kubectl finds it (the plan is made on the controller).
+        config = opts["kubeconfig"] or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
+        opts["kubeconfig"] = os.path.abspath(os.path.expanduser(str(config)))
         return opts
 
     def check(self, job):
@@ -44,6 +58,9 @@ class KubernetesBackend(backends.Backend):
 
     def launchers(self, job):
         return list(job["rank_hosts"])
+
+    def ssh_agents(self, job):
+        return []
 
     def launch_argv(self, job, node):
         opts = job["backend_options"]
@@ -53,15 +70,33 @@ class KubernetesBackend(backends.Backend):
         return argv + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] + self.rank_program(job)
 
     def files(self, job):
-        agents = self.describe_agents(job)
         return {
-            OBJECTS_FILE: json.dumps(k8s.objects(job, job["backend_options"]), indent=1, sort_keys=True) + "\n",
-            AGENTS_FILE: json.dumps(agents) + "\n",
+            OBJECTS_FILE: json.dumps(self.objects(job), indent=1, sort_keys=True) + "\n",
+            AGENTS_FILE: json.dumps(self.describe_agents(job)) + "\n",
         }
+
+    @staticmethod
+    def objects(job):
+        return k8s.objects(job, job["backend_options"])
 
     def describe_agents(self, job):
         """One agent argv per pod ordinal (the plan's rank order)."""
         return [self.agent_argv(job, host, self.launch_argv(job, host)) for host in job["rank_hosts"]]
+
+    def follow(self, job):
+        opts = job["backend_options"]
+        return {"backend": self.NAME, "kubeconfig": opts["kubeconfig"], "context": opts["context"],
+                "namespace": opts["namespace"], "name": k8s.object_name(job["run_id"]),
+                "hosts": list(job["rank_hosts"]), "keep": opts["keep"]}
+
+    def follower(self, spec):
+        return Follower(spec)
+
+    def extra(self, job):
+        opts = job["backend_options"]
+        return {"objects": self.objects(job), "name": k8s.object_name(job["run_id"]),
+                "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
+                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"])}
 
     def start(self, job):
         return job["backend_options"]["apply"]
@@ -70,3 +105,69 @@ class KubernetesBackend(backends.Backend):
         path = "%s/%s" % (job["run_dir"], OBJECTS_FILE)
         return ("The run's Service and StatefulSet are written: %s (k8s_apply=false). Apply them with: kubectl "
                 "apply -f %s ; delete them with kubectl delete -f %s when the run ends." % (path, path, path))
+
+
+class Follower(object):
+    """The run's pods as the API sees them, followed from the controller by the watch."""
+
+    # Consecutive failed reads of the API before the run is stopped for it.
+    API_FAILURES = 5
+
+    def __init__(self, spec, api=None):
+        self.spec = spec
+        self.api = api
+        self.pods = []
+        self.failures = 0
+        self.created = None
+        self.error = None
+
+    def _api(self):
+        if self.api is None:
+            self.api = k8s.Api(self.spec.get("kubeconfig"), self.spec.get("context"))
+        return self.api
+
+    def poll(self, now=None):
+        """Problems that stop the run: ``[(rank host, message, lost)]``."""
+        now = time.time() if now is None else now
+        spec = self.spec
+        try:
+            api = self._api()
+            pods = api.pods(spec["namespace"], spec["name"])
+            nodes = api.nodes()
+            sts = api.statefulset(spec["namespace"], spec["name"])
+            events = api.events(spec["namespace"], spec["name"]) if len(pods) < len(spec["hosts"]) else []
+        except Exception as exc:  # pylint: disable=broad-except
+            self.failures += 1
+            self.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            if self.failures >= self.API_FAILURES:
+                return [(None, "the Kubernetes API does not answer (%d tries: %s)" % (self.failures, self.error),
+                         False)]
+            return []
+        self.failures = 0
+        self.pods = sorted((k8s.pod_state(p) for p in pods), key=lambda p: (p["ordinal"] is None, p["ordinal"]))
+        if sts is None:
+            return [(None, "the StatefulSet %s/%s is gone (deleted outside the run)" % (spec["namespace"], spec["name"]),
+                     False)]
+        self.created = k8s._time((sts.get("metadata") or {}).get("creationTimestamp"))  # pylint: disable=protected-access
+        return [(host, "%s (%s)" % (host, msg) if host else msg, lost)
+                for host, _pod, msg, lost in k8s.pod_problems(pods, nodes, spec["hosts"], now, self.created, events)]
+
+    def progress(self):
+        """``pods 2/2 running`` or ``pods 1/2 running (mnds-x-1 Pending: ContainerCreating)``."""
+        if not self.pods:
+            return "pods 0/%d created" % len(self.spec["hosts"])
+        running = [p for p in self.pods if p["phase"] == "Running"]
+        others = ["%s %s%s%s" % (p["pod"], p["phase"], ": " + p["reason"] if p["reason"] else "",
+                                 " on " + p["node"] if p["node"] else "")
+                  for p in self.pods if p["phase"] != "Running"]
+        return "pods %d/%d running%s" % (len(running), len(self.spec["hosts"]),
+                                         " (%s)" % ", ".join(others) if others else "")
+
+    def record(self):
+        return {"pods": self.pods, "api_error": self.error if self.failures else None}
+
+    def stop(self):
+        """Delete the run's objects (unless ``keep``); what was deleted."""
+        if self.spec.get("keep"):
+            return []
+        return self._api().delete_run(self.spec["namespace"], self.spec["name"])
