@@ -113,6 +113,7 @@ class ActionModule(ActionBase):
         # What the backend follows beside the heartbeats (a Kubernetes run's pods), from the controller.
         follow = args.get("follow") or None
         follower = backends.get(follow["backend"]).follower(follow) if follow else None
+        pods_up = None
         t0 = time.time()
         last_print = 0.0
         last_line = None
@@ -131,11 +132,16 @@ class ActionModule(ActionBase):
                 if switch is None and not status.get("abort"):
                     switch = self._dead_man_switch(args["run_dir"]) or False
                 now = status["now"]
+                # The agents' start clock runs from when the backend's pods all run (an image pull may take
+                # minutes; a pod that cannot start is the follower's to name).
+                started = t0 if follower is None else (pods_up or time.time())
                 verdict, reason, action = decide(status, nodes, launchers, now, heartbeat_timeout=hb_timeout,
-                                                 start_timeout=start_timeout, started_at=now - (time.time() - t0),
-                                                 world_size=world_size)
+                                                 start_timeout=start_timeout,
+                                                 started_at=now - (time.time() - started), world_size=world_size)
                 if follower is not None and verdict == RUNNING and not action:
                     problems = follower.poll()
+                    if pods_up is None and follower.running():
+                        pods_up = time.time()
                     if problems:
                         reason = "; ".join(msg for _host, msg, _lost in problems)
                         action = ("abort", reason, [h for h, _msg, lost in problems if lost and h])

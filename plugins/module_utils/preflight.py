@@ -746,8 +746,8 @@ def gather(job, nodevars, workers=None):
         "link_gbps": dict((h, hv[h].get("preflight_node_link_gbps")) for h in ranks),
         "tcp_link_gbps": dict((h, hv[h].get("preflight_node_tcp_link_gbps")) for h in ranks),
         # The launch backend's own checks (its tasks file sets them once, for the play).
-        "backend_verdicts": next((list(hv[h]["preflight_backend_verdicts"]) for h in nodes
-                                  if hv[h].get("preflight_backend_verdicts") is not None), []),
+        "backend_verdicts": next((list(hv[h]["backend_verdicts"]) for h in nodes
+                                  if hv[h].get("backend_verdicts") is not None), []),
     }
     for h in ranks:
         data["gpus"][h + ":status"] = (hv[h].get("multinode_accelerators") or {}).get("status")

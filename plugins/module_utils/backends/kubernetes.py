@@ -152,6 +152,10 @@ class Follower(object):
         return [(host, "%s (%s)" % (host, msg) if host else msg, lost)
                 for host, _pod, msg, lost in k8s.pod_problems(pods, nodes, spec["hosts"], now, self.created, events)]
 
+    def running(self):
+        """Every planned pod runs (its agent is up, or about to be)."""
+        return len(self.pods) == len(self.spec["hosts"]) and all(p["phase"] == "Running" for p in self.pods)
+
     def progress(self):
         """``pods 2/2 running`` or ``pods 1/2 running (mnds-x-1 Pending: ContainerCreating)``."""
         if not self.pods:

@@ -207,3 +207,34 @@ def test_the_plan_starts_no_agent_over_ssh_and_gives_the_watch_no_ssh_probe():
     assert launch["tasks"] == "kubernetes" and launch["probe_nodes"] is False
     assert launch["extra"]["per_pod"] == {"nvidia.com/gpu": 2} and launch["extra"]["pods"] == 2
     assert [o["kind"] for o in launch["extra"]["objects"]] == ["Service", "StatefulSet"]
+
+
+def test_running_only_when_every_planned_pod_runs():
+    spec = gpu_job()["launch"]["follow"]
+    base = load("pods-unschedulable.json")[:2]
+    follower = kb.Follower(spec, api=FakeApi(base, ready_nodes()))
+    follower.poll(2e9)
+    assert not follower.running()
+    up = [with_container(p, {"running": {"startedAt": "2026-11-24T10:00:00Z"}}, phase="Running") for p in base]
+    follower = kb.Follower(spec, api=FakeApi(up[:1], ready_nodes()))
+    follower.poll(2e9)
+    assert not follower.running()  # one of two
+    follower = kb.Follower(spec, api=FakeApi(up, ready_nodes()))
+    assert follower.poll(2e9) == [] and follower.running() and follower.progress() == "pods 2/2 running"
+
+
+def test_the_runs_secrets_are_a_secret_volume_where_the_ranks_read_them():
+    job = gpu_job(secret_env={"WANDB_API_KEY": "wandb-value-4711"}, hf_token_set=True)
+    sts = job["launch"]["extra"]["objects"][1]
+    pod = sts["spec"]["template"]["spec"]
+    (vol,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
+    assert vol["secret"]["secretName"] == job["launch"]["extra"]["secret"] == "mnds-t2-secrets"
+    assert vol["secret"]["items"] == [{"key": "hf_token", "path": "hf_token"},
+                                      {"key": "secret_env", "path": "runs/%s.json" % job["run_id"]}]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "secrets"]
+    assert mount == {"name": "secrets", "mountPath": job["home"] + "/secrets", "readOnly": True}
+    assert job["env"]["HF_TOKEN_PATH"] == job["home"] + "/secrets/hf_token"
+    assert job["secret_file"] == "%s/secrets/runs/%s.json" % (job["home"], job["run_id"])
+    assert "wandb-value-4711" not in json.dumps(job["launch"])  # the value never enters the plan's objects
+    plain = gpu_job()["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]
+    assert "secrets" not in [v["name"] for v in plain["volumes"]]
