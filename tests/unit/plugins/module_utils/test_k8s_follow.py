@@ -192,7 +192,7 @@ def test_the_follower_names_the_rank_host_and_deletes_unless_kept():
 def test_the_follower_stops_the_run_when_the_api_keeps_failing_or_the_statefulset_goes():
     spec = gpu_job()["launch"]["follow"]
     follower = kb.Follower(spec, api=FakeApi([], ready_nodes(), fail=kb.Follower.API_FAILURES))
-    for _ in range(kb.Follower.API_FAILURES - 1):
+    for _try in range(kb.Follower.API_FAILURES - 1):
         assert follower.poll(0) == []
     (_h, msg, _l), = follower.poll(0)
     assert "the Kubernetes API does not answer (5 tries: connection refused)" in msg
