@@ -7,6 +7,10 @@ rank.  The pod runs that node's agent with the argv the job plan gave it (``D/k8
 ordinal, written by ``run_prepare``): the agent starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's
 stable name as the master, beats, and stops the node's ranks on the run's ABORT, as on any other backend.
 
+The pod's environment carries the run's marker (``MULTINODE_DS_RUN_ID``), by which an agent finds the run's
+processes (it waits for them to end, and stops them on an abort).  The pod's first process is not one of them:
+it execs itself once without the marker, and gives the marker back to the agent only.
+
 A StatefulSet restarts a pod whose container exits, so when the agent is done the pod records the agent's exit
 code (``D/k8s/pod<ordinal>.exit``) and waits for the play to delete the StatefulSet.  SIGTERM (the StatefulSet
 deleted, a node drained) goes to the agent, which stops the node's ranks first.
@@ -23,6 +27,8 @@ import time
 from pathlib import Path
 
 AGENTS_FILE = "k8s/agents.json"
+MARKER = "MULTINODE_DS_RUN_ID"
+HELD_MARKER = "MULTINODE_DS_K8S_RUN_ID"
 
 
 def ordinal(pod_name: str) -> int:
@@ -48,7 +54,10 @@ def pod_main(args) -> int:
     run_dir = Path(args.run_dir)
     index = ordinal(args.pod or os.environ.get("MULTINODE_DS_POD") or os.environ.get("HOSTNAME", ""))
     argv = agent_argv(run_dir, index)
-    child = subprocess.Popen(argv, cwd=run_dir)
+    env = dict(os.environ)
+    if env.get(HELD_MARKER):
+        env[MARKER] = env.pop(HELD_MARKER)
+    child = subprocess.Popen(argv, cwd=run_dir, env=env)
 
     def forward(signum, frame):
         if child.poll() is None:
@@ -67,6 +76,14 @@ def pod_main(args) -> int:
         time.sleep(3600)
 
 
+def without_marker(argv):
+    """Exec this module again with the run's marker moved out of the way (see the module's docstring)."""
+    if os.environ.get(MARKER):
+        env = dict(os.environ)
+        env[HELD_MARKER] = env.pop(MARKER)
+        os.execve(sys.executable, [sys.executable, "-m", "multinode_ds.k8s", *argv], env)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m multinode_ds.k8s", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,4 +97,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    without_marker(sys.argv[1:])
     sys.exit(main())

@@ -189,13 +189,13 @@ def parse_volume(text):
     text = str(text or "").strip()
     if not text:
         return {"kind": "hostPath"}
-    kind, _, rest = text.partition(":")
+    kind, _sep, rest = text.partition(":")
     if text.startswith("/"):
         return {"kind": "hostPath", "path": text}
     if kind == "pvc":
         return {"kind": "pvc", "claim": rest}
     if kind == "nfs":
-        server, _, path = rest.partition(":")
+        server, _sep, path = rest.partition(":")
         return {"kind": "nfs", "server": server, "path": path}
     if kind == "hostPath":
         return {"kind": "hostPath", "path": rest}
@@ -357,7 +357,7 @@ def capacity_problems(nodes, pods, per_pod):
         return problems
     free = dict((n, dict(r)) for n, r in fit.items())
     placed = 0
-    for _ in range(pods):
+    for _pod in range(pods):
         for name in sorted(free):
             if all(free[name].get(res, 0) >= count for res, count in per_pod.items()):
                 for res, count in per_pod.items():
@@ -494,7 +494,7 @@ def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=No
         want = ", ".join("%s=%d" % kv for kv in sorted(extra["per_pod"].items())) or "no extended resources"
         if problems:
             for problem in problems:
-                detail, _, fix = problem.partition(". Fix: ")
+                detail, _sep, fix = problem.partition(". Fix: ")
                 verdict("kubernetes capacity", False, detail, fix)
         else:
             verdict("kubernetes capacity", True, "%d pods of %s fit on the schedulable nodes" % (

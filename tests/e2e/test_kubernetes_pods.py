@@ -1,0 +1,159 @@
+"""The kubernetes backend with real pods (issue 14): train.yml trains llama-tiny across two pods that a real
+kubelet (v1.20.2, built by scripts/k8s-local) runs with containerd on this machine.
+
+What runs for real: the control plane (scripts/k8s-local up); the node (``scripts/k8s-local kubelet up``:
+containerd, runc and the CNI plugins from Debian's packages, the kubelet, a CNI bridge, and the cluster DNS that
+resolves pod 0's stable name for pod 1); the image (the provisioned worker, committed with podman and imported into
+the node's containerd); the run (the pods mount the podman volume the cluster's nodes share at /shared, so the
+coordinator's watch reads their heartbeats and metrics as on any other backend); the pods' logs, read through the
+apiserver from the kubelet.  Nothing is stood in for."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from e2e_nodes import load_summary, podman, start_train
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+K8S = ROOT / "scripts" / "k8s-local"
+KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
+IMAGES = ROOT / ".cache" / "k8s" / "images"
+IMAGE = "localhost/mnds-node:provisioned"
+NODE_PROCESSES = ("containerd", "containerd-shim", "kubelet")
+
+
+def k8s_local(*args, timeout=1200):
+    return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def node_processes():
+    """The node's processes still running (by their program's name): containerd, shims, kubelet."""
+    out = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            exe = (proc / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if os.path.basename(exe).startswith(NODE_PROCESSES):
+            out.append("%s %s" % (proc.name, exe))
+    return out
+
+
+def volume_path():
+    res = podman("volume", "inspect", "mnds-shared", "--format", "{{.Mountpoint}}")
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def node(provisioned):
+    """The control plane and a real node on this machine, with the provisioned worker's image on it."""
+    assert not node_processes(), "a containerd or kubelet is already running: %s" % node_processes()
+    res = k8s_local("build")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = k8s_local("up", timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    timings = {}
+    try:
+        t0 = time.time()
+        res = k8s_local("kubelet", "up", timeout=600)
+        timings["kubelet up"] = time.time() - t0
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        print(res.stdout.strip().splitlines()[-1])
+        # The image: the provisioned worker (the stack's venv and multinode_ds at the path the plan names).
+        t0 = time.time()
+        res = podman("commit", "-q", "mnds-worker1", IMAGE, timeout=600)
+        assert res.returncode == 0, res.stderr
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        tar = IMAGES / "mnds-node-provisioned.tar"
+        if tar.exists():
+            tar.unlink()
+        res = podman("save", "-q", "--format", "docker-archive", "-o", str(tar), IMAGE, timeout=600)
+        assert res.returncode == 0, res.stderr
+        timings["image commit+save"] = time.time() - t0
+        t0 = time.time()
+        res = k8s_local("kubelet", "import", str(tar), timeout=600)
+        assert res.returncode == 0, res.stdout + res.stderr
+        timings["image import"] = time.time() - t0
+        tar.unlink()
+        from kubernetes import client, config  # pylint: disable=import-outside-toplevel
+        api_client = config.new_client_from_config(str(KUBECONFIG))
+        yield {"core": client.CoreV1Api(api_client), "apps": client.AppsV1Api(api_client),
+               "exc": client.exceptions.ApiException, "timings": timings, "node": os.uname().nodename.lower()}
+    finally:
+        down = k8s_local("kubelet", "down", timeout=180)
+        k8s_local("down", timeout=60)
+        print(down.stdout.strip())
+        left = node_processes()
+        assert down.returncode == 0 and not left, down.stdout + down.stderr + "\nstill running: %s" % left
+
+
+def read(call, *args):
+    return json.loads(call(*args, _preload_content=False).data)
+
+
+def exists(api, kind, name, ns):
+    call = {"StatefulSet": api["apps"].read_namespaced_stateful_set,
+            "Service": api["core"].read_namespaced_service}[kind]
+    try:
+        call(name, ns, _preload_content=False)
+        return True
+    except api["exc"] as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def test_llama_tiny_trains_across_two_real_pods(node):
+    run_id = f"e2e-k8s-pods-{int(time.time())}"
+    name = f"mnds-{run_id}"
+    t0 = time.time()
+    proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=10",
+                                  "-e", "preflight=false", "-e", f"run_id={run_id}",
+                                  "-e", f"k8s_kubeconfig={KUBECONFIG}", "-e", f"k8s_image={IMAGE}",
+                                  "-e", f"k8s_shared_volume=hostPath:{volume_path()}"], "k8s-pods")
+    try:
+        rc = proc.wait(900)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        rc = None
+    finally:
+        out.close()
+    took = time.time() - t0
+    text = log.read_text()
+    timings = dict(node["timings"], **{"train.yml": took})
+    print("timings: " + ", ".join("%s %.1fs" % kv for kv in timings.items()))
+    assert rc == 0, text[-5000:]
+    run = ROOT / "runs" / run_id
+    summary = load_summary(run_id)
+    assert summary["status"] == "success", summary
+    assert summary["backend"] == "kubernetes" and summary["world_size"] == 2, summary
+    for rank in ("0", "1"):
+        assert summary["ranks"][rank]["finished"] and summary["ranks"][rank]["last_step"] == 10, summary["ranks"]
+        events = [json.loads(line) for line in (run / "metrics" / f"rank{rank}.jsonl").read_text().splitlines()]
+        assert [e["step"] for e in events if e.get("event") == "step"][-1] == 10, events[-3:]
+        assert events[-1]["event"] == "done" and events[-1]["host"] == summary["ranks"][rank]["host"], events[-1]
+    assert summary["environment"]["DS_ACCELERATOR"] == "cpu", summary["environment"]
+    # Both pods ran on the real node, and their logs came through the apiserver from the kubelet.
+    record = json.loads((run / "k8s" / "pods.json").read_text())
+    pods = sorted(record["pods"], key=lambda p: p["ordinal"])
+    assert [p["pod"] for p in pods] == [f"{name}-0", f"{name}-1"], record
+    assert all(p["node"] == node["node"] and p["started"] and p["ip"] for p in pods), record
+    assert any(p["phase"] == "Running" for p in pods), record
+    for pod in pods:
+        pod_log = (run / "k8s" / f"{pod['pod']}.log").read_text()
+        assert "the agent exited with 0" in pod_log, pod_log[-2000:]
+    # The objects are gone, then the pods.
+    assert not exists(node, "StatefulSet", name, "default") and not exists(node, "Service", name, "default")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        left = [p["metadata"]["name"] for p in read(node["core"].list_namespaced_pod, "default")["items"]
+                if p["metadata"]["name"].startswith(name + "-")]
+        if not left:
+            break
+        time.sleep(1)
+    assert not left, left
