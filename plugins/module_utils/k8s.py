@@ -25,6 +25,9 @@ LABEL = "multinode-deepspeed.io/run"
 APP = {"app.kubernetes.io/name": "multinode-deepspeed", "app.kubernetes.io/managed-by": "multinode.deepspeed"}
 DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 RESOURCE_RE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+IMAGE_RE = re.compile(r"[a-z0-9][a-z0-9._-]*(:[0-9]+)?(/[a-z0-9][a-z0-9._-]*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                      r"(@sha256:[a-f0-9]{64})?")
+QUANTITY_RE = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
 FABRICS = ("tcp", "rdma")
 VOLUME_KINDS = ("pvc", "nfs", "hostPath")
 # Pod names are <statefulset>-<ordinal> and must stay DNS labels (63 characters) with room for the ordinal.
@@ -172,6 +175,16 @@ def check(job, opts):
     if not opts.get("image"):
         problems.append("k8s_image is not set. Fix: -e k8s_image=<an image with the stack's venv at %s>"
                         % job["venv"])
+    elif not IMAGE_RE.fullmatch(str(opts["image"])):
+        problems.append("k8s_image=%r is not an image reference. Fix: -e k8s_image=<registry/name:tag>"
+                        % (opts["image"],))
+    domain = str(opts.get("cluster_domain") or "cluster.local")
+    if len(domain) > 253 or not all(DNS_LABEL_RE.fullmatch(label) for label in domain.split(".")):
+        problems.append("k8s_cluster_domain=%r is not a DNS domain. Fix: -e k8s_cluster_domain=<the cluster's "
+                        "domain, e.g. cluster.local>" % (domain,))
+    if opts.get("shm_size") not in (None, "") and not QUANTITY_RE.fullmatch(str(opts["shm_size"])):
+        problems.append("k8s_shm_size=%r is not a Kubernetes quantity. Fix: -e k8s_shm_size=8Gi (or leave it out)"
+                        % (opts["shm_size"],))
     vol = opts.get("volume") or {}
     if vol.get("kind", "hostPath") not in VOLUME_KINDS:
         problems.append("k8s_shared_volume kind %r is not one of %s. Fix: pvc:<claim>, nfs:<server>:<path> or "

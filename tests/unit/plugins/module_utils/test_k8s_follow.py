@@ -5,9 +5,11 @@ import datetime
 import json
 from pathlib import Path
 
+import pytest
+
 from ansible_collections.multinode.deepspeed.plugins.module_utils import k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.backends import kubernetes as kb
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, plan
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "k8s"
 NOW = datetime.datetime(2026, 11, 24, 2, 0, 0)
@@ -238,3 +240,16 @@ def test_the_runs_secrets_are_a_secret_volume_where_the_ranks_read_them():
     assert "wandb-value-4711" not in json.dumps(job["launch"])  # the value never enters the plan's objects
     plain = gpu_job()["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]
     assert "secrets" not in [v["name"] for v in plain["volumes"]]
+
+
+
+def test_values_that_reach_the_pods_are_checked_by_the_plan():
+    good = gpu_job(k8s_image="registry.local:5000/team/mnds-node:1.2", k8s_shm_size="8Gi")
+    container = good["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "registry.local:5000/team/mnds-node:1.2"
+    for settings, expect in (({"k8s_image": "mnds node;rm -rf /"}, "k8s_image='mnds node;rm -rf /' is not an image"),
+                             ({"k8s_cluster_domain": "cluster.local\nNCCL_X=1"}, "is not a DNS domain"),
+                             ({"k8s_shm_size": "lots"}, "k8s_shm_size='lots' is not a Kubernetes quantity")):
+        with pytest.raises(JobError) as err:
+            gpu_job(**settings)
+        assert expect in str(err.value) and "Fix:" in str(err.value), (settings, str(err.value))
