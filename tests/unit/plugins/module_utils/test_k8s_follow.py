@@ -242,7 +242,6 @@ def test_the_runs_secrets_are_a_secret_volume_where_the_ranks_read_them():
     assert "secrets" not in [v["name"] for v in plain["volumes"]]
 
 
-
 def test_values_that_reach_the_pods_are_checked_by_the_plan():
     good = gpu_job(k8s_image="registry.local:5000/team/mnds-node:1.2", k8s_shm_size="8Gi")
     container = good["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]["containers"][0]
