@@ -99,8 +99,9 @@ def apt(args, apt_dir: Path, **kw):
     return run(["apt-get", "-q", *opts, *args], **kw)
 
 
-def fetch(work: Path) -> Path:
-    """Debian's kubernetes source tree and the tools (Go, etcd), unpacked under ``work``; returns the tree."""
+def private_apt(work: Path, sources: bool = False) -> Path:
+    """A private apt configuration under ``work/apt`` for the machine's own Debian mirrors (``deb`` lines, and
+    ``deb-src`` ones with ``sources``), its lists updated; the machine's apt setup is not touched."""
     apt_dir = work / "apt"
     (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (apt_dir / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
@@ -109,10 +110,16 @@ def fetch(work: Path) -> Path:
         raise SystemExit("k8s-local: no bookworm Debian mirror in /etc/apt (sources.list or *.sources)")
     lines = []
     for uri, suite in found:
-        lines += [f"deb {uri} {suite} main", f"deb-src {uri} {suite} main"]
+        lines += [f"deb {uri} {suite} main"] + ([f"deb-src {uri} {suite} main"] if sources else [])
     (apt_dir / "sources.list").write_text("\n".join(lines) + "\n")
     say("apt-get update (private lists: %s)" % ", ".join("%s %s" % p for p in found))
     apt(["update"], apt_dir, stdout=subprocess.DEVNULL)
+    return apt_dir
+
+
+def fetch(work: Path) -> Path:
+    """Debian's kubernetes source tree and the tools (Go, etcd), unpacked under ``work``; returns the tree."""
+    apt_dir = private_apt(work, sources=True)
     src = work / "src"
     src.mkdir(exist_ok=True)
     if not list(src.glob("kubernetes_*.dsc")):
@@ -420,15 +427,8 @@ def fetch_node_tools() -> None:
     if done.exists() and done.read_text().split() == list(NODE_PACKAGES):
         return
     work = CACHE / "node-debs"
-    apt_dir = work / "apt"
-    (apt_dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
-    (apt_dir / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-    found = mirrors()
-    if not found:
-        raise SystemExit("k8s-local: no bookworm Debian mirror in /etc/apt (sources.list or *.sources)")
-    (apt_dir / "sources.list").write_text("".join(f"deb {u} {s} main\n" for u, s in found))
-    say("apt-get update (private lists) and apt-get download %s" % " ".join(NODE_PACKAGES))
-    apt(["update"], apt_dir, stdout=subprocess.DEVNULL)
+    apt_dir = private_apt(work)
+    say("apt-get download %s" % " ".join(NODE_PACKAGES))
     for pkg in NODE_PACKAGES:
         if not list(work.glob(f"{pkg}_*.deb")):
             apt(["download", pkg], apt_dir, cwd=work, stdout=subprocess.DEVNULL)

@@ -69,3 +69,30 @@ def start_train(args, name):
     proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
     return proc, out, log
+
+
+K8S = ROOT / "scripts" / "k8s-local"
+KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
+
+
+def k8s_local(*args, timeout=1200):
+    """scripts/k8s-local (the local Kubernetes control plane and node)."""
+    return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def k8s_read(call, *args):
+    """An API call's answer as the apiserver sent it (JSON), without the client's models."""
+    return json.loads(call(*args, _preload_content=False).data)
+
+
+def k8s_exists(api, kind, name, ns):
+    """Does the StatefulSet, Service or Secret exist? ``api``: {"core", "apps", "exc"} of the kubernetes client."""
+    call = {"StatefulSet": api["apps"].read_namespaced_stateful_set, "Service": api["core"].read_namespaced_service,
+            "Secret": api["core"].read_namespaced_secret}[kind]
+    try:
+        call(name, ns, _preload_content=False)
+        return True
+    except api["exc"] as exc:
+        if exc.status == 404:
+            return False
+        raise

@@ -17,17 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import start_train
+from e2e_nodes import KUBECONFIG, K8S, k8s_exists, k8s_local, k8s_read, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "scripts" / "k8s-local"
-KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
 CUDA = ["-e", "deepspeed_accelerator=cuda", "-e", "deepspeed_gpu_count=2", "-e", "deepspeed_slots=2"]  # what the plan asks of the pods
 
-
-def k8s_local(*args, timeout=1200):
-    return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +64,15 @@ def nodes(api):
 
     def make(*names, resources=("nvidia.com/gpu=2",)):
         made.append(FakeNodes(names, resources))
+        # A node that joins carries the not-ready taint until the node controller has seen it Ready (a second or
+        # two): wait for that, as a real node's first pods do.
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            taints = [t for n in names for t in (k8s_read(api["core"].read_node, n)["spec"].get("taints") or [])]
+            if not taints:
+                break
+            time.sleep(0.5)
+        assert not taints, taints
         return made[-1]
 
     yield make
@@ -83,27 +87,13 @@ def nodes(api):
         k8s_local("unnode", *fake.names, timeout=30)
 
 
-def read(call, *args):
-    return json.loads(call(*args, _preload_content=False).data)
-
-
-def exists(api, kind, name, ns):
-    call = {"StatefulSet": api["apps"].read_namespaced_stateful_set, "Service": api["core"].read_namespaced_service,
-            "Secret": api["core"].read_namespaced_secret}[kind]
-    try:
-        call(name, ns, _preload_content=False)
-        return True
-    except api["exc"] as exc:
-        if exc.status == 404:
-            return False
-        raise
 
 
 def bound_pods(api, name, ns, count, seconds=180):
     """The run's pods once the scheduler placed ``count`` of them."""
     deadline = time.time() + seconds
     while time.time() < deadline:
-        pods = read(api["core"].list_namespaced_pod, ns)["items"]
+        pods = k8s_read(api["core"].list_namespaced_pod, ns)["items"]
         pods = [p for p in pods if p["metadata"]["name"].startswith(name + "-") and p["spec"].get("nodeName")]
         if len(pods) == count:
             return sorted(pods, key=lambda p: p["metadata"]["name"])
@@ -141,9 +131,9 @@ def test_a_run_is_created_placed_followed_collected_and_deleted(api, nodes, fabr
         pods = bound_pods(api, name, ns, 2)
         assert pods, "the scheduler did not place both pods: " + log.read_text()[-3000:]
         # What the real apiserver stored, and where the real scheduler put it.
-        sts = read(api["apps"].read_namespaced_stateful_set, name, ns)
+        sts = k8s_read(api["apps"].read_namespaced_stateful_set, name, ns)
         assert sts["spec"]["podManagementPolicy"] == "Parallel" and sts["spec"]["replicas"] == 2
-        assert read(api["core"].read_namespaced_service, name, ns)["spec"]["clusterIP"] == "None"
+        assert k8s_read(api["core"].read_namespaced_service, name, ns)["spec"]["clusterIP"] == "None"
         assert sorted(p["spec"]["nodeName"] for p in pods) == ["gpu-a", "gpu-b"]  # one pod per 2-GPU node
         ranks = pods[0]["spec"]["containers"][0]
         env = dict((e["name"], e.get("value")) for e in ranks["env"])
@@ -175,7 +165,7 @@ def test_a_run_is_created_placed_followed_collected_and_deleted(api, nodes, fabr
     assert [o["kind"] for o in manifests] == ["Service", "StatefulSet"]
     record = json.loads((run / "k8s" / "pods.json").read_text())
     assert sorted(p["node"] for p in record["pods"]) == ["gpu-a", "gpu-b"]
-    assert not exists(api, "StatefulSet", name, ns) and not exists(api, "Service", name, ns)
+    assert not k8s_exists(api, "StatefulSet", name, ns) and not k8s_exists(api, "Service", name, ns)
 
 
 def test_ctrl_c_deletes_the_runs_objects(api, nodes):
@@ -196,7 +186,7 @@ def test_ctrl_c_deletes_the_runs_objects(api, nodes):
     # The watch's worker deletes them (Ansible's main process may have ended already, its output with it).
     gone = None
     while time.time() - t0 < 15:
-        if not exists(api, "StatefulSet", name, "default") and not exists(api, "Service", name, "default"):
+        if not k8s_exists(api, "StatefulSet", name, "default") and not k8s_exists(api, "Service", name, "default"):
             gone = time.time() - t0
             break
         time.sleep(0.5)
@@ -226,7 +216,7 @@ def test_bad_inputs_fail_before_anything_is_created(api, nodes, run_playbook):
         flat = " ".join(res.out.split())
         assert "nothing was created" in flat and expect in flat, (label, res.tail())
         for ns in ("default", "train", "nope"):
-            assert not exists(api, "StatefulSet", f"mnds-{run_id}", ns), label
+            assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", ns), label
     # The same capacity problem through preflight: its report has the verdict, and nothing is created.
     run_id = f"e2e-k8s-bad-preflight-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "backend=kubernetes", "-e", "k8s_image=mnds-node:local",
@@ -237,7 +227,7 @@ def test_bad_inputs_fail_before_anything_is_created(api, nodes, run_playbook):
     report = json.loads((ROOT / "runs" / run_id / "preflight.json").read_text())
     failed = [v for v in report["verdicts"] if v["status"] == "fail"]
     assert any(v["check"] == "kubernetes capacity" and "fit 0 of the 2 pods" in v["detail"] for v in failed), failed
-    assert not exists(api, "StatefulSet", f"mnds-{run_id}", "default")
+    assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", "default")
 
 
 def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):
@@ -247,7 +237,7 @@ def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):
                        "-e", "k8s_apply=false", "-e", f"run_id={run_id}", name="k8s-manifests")
     assert res.rc == 0, res.tail()
     assert "k8s_apply=false" in res.out and "kubectl apply -f" in res.out
-    assert not exists(api, "StatefulSet", f"mnds-{run_id}", "default")
+    assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", "default")
     # What the user would apply is accepted as is by the real apiserver (a server-side dry run).
     listing = subprocess.run(["podman", "exec", "mnds-coord", "cat", f"/shared/runs/{run_id}/k8s/objects.json"],
                              env={"CONTAINERS_CONF": str(ROOT / ".cache/podman/containers.conf"),

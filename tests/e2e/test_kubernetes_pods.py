@@ -15,19 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, podman, start_train
+from e2e_nodes import KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "scripts" / "k8s-local"
-KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
 IMAGES = ROOT / ".cache" / "k8s" / "images"
 IMAGE = "localhost/mnds-node:provisioned"
 NODE_PROCESSES = ("containerd", "containerd-shim", "kubelet")
 
-
-def k8s_local(*args, timeout=1200):
-    return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def node_processes():
@@ -92,20 +87,6 @@ def node(provisioned):
         assert down.returncode == 0 and not left, down.stdout + down.stderr + "\nstill running: %s" % left
 
 
-def read(call, *args):
-    return json.loads(call(*args, _preload_content=False).data)
-
-
-def exists(api, kind, name, ns):
-    call = {"StatefulSet": api["apps"].read_namespaced_stateful_set,
-            "Service": api["core"].read_namespaced_service}[kind]
-    try:
-        call(name, ns, _preload_content=False)
-        return True
-    except api["exc"] as exc:
-        if exc.status == 404:
-            return False
-        raise
 
 
 def test_llama_tiny_trains_across_two_real_pods(node):
@@ -148,10 +129,10 @@ def test_llama_tiny_trains_across_two_real_pods(node):
         pod_log = (run / "k8s" / f"{pod['pod']}.log").read_text()
         assert "the agent exited with 0" in pod_log, pod_log[-2000:]
     # The objects are gone, then the pods.
-    assert not exists(node, "StatefulSet", name, "default") and not exists(node, "Service", name, "default")
+    assert not k8s_exists(node, "StatefulSet", name, "default") and not k8s_exists(node, "Service", name, "default")
     deadline = time.time() + 60
     while time.time() < deadline:
-        left = [p["metadata"]["name"] for p in read(node["core"].list_namespaced_pod, "default")["items"]
+        left = [p["metadata"]["name"] for p in k8s_read(node["core"].list_namespaced_pod, "default")["items"]
                 if p["metadata"]["name"].startswith(name + "-")]
         if not left:
             break
