@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CUDA = ["-e", "deepspeed_accelerator=cuda", "-e", "deepspeed_gpu_count=2", "-e", "deepspeed_slots=2"]  # what the plan asks of the pods
 
 
-
 @pytest.fixture(scope="module")
 def api(provisioned):
     """The control plane, built once (cached in .cache/k8s/bin) and started for this module."""
@@ -85,8 +84,6 @@ def nodes(api):
                 api["core"].delete_namespaced_pod(pod["metadata"]["name"], ns, grace_period_seconds=0,
                                                   _preload_content=False)
         k8s_local("unnode", *fake.names, timeout=30)
-
-
 
 
 def bound_pods(api, name, ns, count, seconds=180):

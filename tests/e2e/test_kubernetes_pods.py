@@ -24,7 +24,6 @@ IMAGE = "localhost/mnds-node:provisioned"
 NODE_PROCESSES = ("containerd", "containerd-shim", "kubelet")
 
 
-
 def node_processes():
     """The node's processes still running (by their program's name): containerd, shims, kubelet."""
     out = []
@@ -85,8 +84,6 @@ def node(provisioned):
         print(down.stdout.strip())
         left = node_processes()
         assert down.returncode == 0 and not left, down.stdout + down.stderr + "\nstill running: %s" % left
-
-
 
 
 def test_llama_tiny_trains_across_two_real_pods(node):
