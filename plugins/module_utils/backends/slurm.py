@@ -8,7 +8,7 @@ Where ranks start: ``srun --distribution=arbitrary`` with the plan's rank order 
 through ``multinode_ds.slurm rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
 What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
 How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
-Preflight: roles/preflight/tasks/backend/slurm.yml (munge, the partition, Slurm's versions).
+Preflight: roles/backend/tasks/slurm.yml (munge, the partition, Slurm's versions).
 """
 
 from __future__ import absolute_import, division, print_function
