@@ -10,7 +10,7 @@ they join one process group over ``tcp://master-addr:master-port`` (the job's ma
 that an all-reduce returns the right sum, then time all-reduces from ``--min-bytes`` to
 ``--max-bytes`` (doubling, float32).  Global rank 0 writes the raw timings as JSON (the slowest
 rank's mean time per size); the bandwidth arithmetic and the verdict are done on the controller
-(plugins/module_utils/preflight.py).  Exit status 0 only when every local rank finished.
+(plugins/module_utils/preflight/evaluate.py).  Exit status 0 only when every local rank finished.
 """
 
 import argparse

@@ -69,13 +69,13 @@ PROGRESS_EVERY = 10.0
 
 
 def core():
-    """The pure logic (plugins/module_utils/bench.py): installed next to this file by the stack role as
+    """The pure logic (plugins/module_utils/bench/core/core.py): installed next to this file by the stack role as
     benchcore.py, or read from the collection's source tree."""
     try:
         from multinode_ds import benchcore
         return benchcore
     except ImportError:
-        path = Path(__file__).resolve().parent.parent / "plugins" / "module_utils" / "bench.py"
+        path = Path(__file__).resolve().parent.parent / "plugins" / "module_utils" / "bench" / "core.py"
         spec = importlib.util.spec_from_file_location("multinode_ds_benchcore", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)

@@ -14,7 +14,7 @@ import time
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     ignore_signals, restore_signals, trap_stop_signals)
 
 display = Display()

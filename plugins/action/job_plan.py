@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Plan the job on the controller from the play's variables and the workers' hostvars (module_utils/job.py)."""
+"""Plan the job on the controller from the play's variables and the workers' hostvars (module_utils/plan/job.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,8 +11,8 @@ import datetime
 import secrets
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {

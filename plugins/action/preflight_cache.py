@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Decide on the controller whether a passing preflight stands for this job (module_utils/preflight.py)."""
+"""Decide on the controller whether a passing preflight stands for this job (module_utils/preflight/evaluate.py)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -12,8 +12,8 @@ import os
 import time
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import flag
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import check_settings, reuse_key, reuse_verdict
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import flag
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import check_settings, reuse_key, reuse_verdict
 
 
 class ActionModule(ActionBase):

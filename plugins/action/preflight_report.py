@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Gather what the preflight role left on every node of the job (module_utils/preflight.gather), then judge
-and write the report on the controller, in this process (module_utils/preflight_report: what the module of
+"""Gather what the preflight role left on every node of the job (module_utils/preflight/evaluate.gather), then judge
+and write the report on the controller, in this process (module_utils/preflight/report: what the module of
 the same name runs), without a module round trip."""
 
 from __future__ import absolute_import, division, print_function
@@ -12,8 +12,8 @@ __metaclass__ = type
 import os
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import PreflightError, gather
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight_report import judge_and_write
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import PreflightError, gather
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.report import judge_and_write
 
 
 class ActionModule(ActionBase):

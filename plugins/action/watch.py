@@ -16,8 +16,8 @@ from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.watch import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, blame_stall, decide, ignore_signals, progress_line,
     restore_signals, stalled, trap_stop_signals, unreachable)
 

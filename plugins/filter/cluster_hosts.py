@@ -46,7 +46,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.cluster_hosts import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.cluster_hosts import (
     ClusterHostsError, hosts_lines, node_from_vars)
 
 

@@ -60,7 +60,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
 
 
 def k8s_preflight(opts, extra, kubeconfig_found, namespace=None, nodes=None, claim=None):

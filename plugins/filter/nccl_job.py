@@ -38,7 +38,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.nccl import NcclError, job_profile
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.nccl import NcclError, job_profile
 
 
 def nccl_job(per_host):

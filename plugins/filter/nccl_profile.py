@@ -57,7 +57,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.nccl import NcclError, node_profile
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.nccl import NcclError, node_profile
 
 
 def nccl_profile(fabric, host, requested="auto", socket_ifname=None, env=None):

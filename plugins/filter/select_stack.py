@@ -52,7 +52,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.stack_matrix import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_matrix import (
     StackError, format_table, load_matrix, select_stack as _select_stack)
 
 

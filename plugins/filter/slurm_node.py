@@ -37,7 +37,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
 
 
 def slurm_node(hostvars):

@@ -45,7 +45,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
 
 
 def slurm_preflight(controller, munge, versions):

@@ -124,7 +124,7 @@ ansible_facts:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import read_accelerators
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
 
 
 def main():

@@ -87,7 +87,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.bench import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.bench.core import (
     format_history, markdown, plot_history, plot_run, trend)
 
 

@@ -120,7 +120,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.file import is_executable
-from ansible_collections.multinode.deepspeed.plugins.module_utils.fabric import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import (
     cluster_interface, fabric_facts, interfaces_from_net, is_ip, parse_ip_addr_json, read_net, read_rdma)
 
 

@@ -22,8 +22,8 @@ description:
     C(deepspeed_accelerator), C(ansible_host), memory and default interface, and C(multinode_node_env) (the job's
     NCCL and stack variables, when a task recorded them).
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
-    its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/job.py) and the launch
-    backends are C(plugins/module_utils/backends/) (C(docs/backends.md)).
+    its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
+    backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
 options:
   settings:
     description: Settings that win over the play's variables (same names).

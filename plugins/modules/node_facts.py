@@ -103,10 +103,10 @@ ansible_facts:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.accelerator import read_accelerators
-from ansible_collections.multinode.deepspeed.plugins.module_utils.fabric import parse_ip_addr_json
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import DEFAULTS, parse_env
-from ansible_collections.multinode.deepspeed.plugins.module_utils.node import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import DEFAULTS, parse_env
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
     default_interface, meminfo_total_mb, port_state, read_versions)
 
 

@@ -130,8 +130,8 @@ path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import PreflightError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight_report import judge_and_write
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import PreflightError
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.report import judge_and_write
 
 
 def main():

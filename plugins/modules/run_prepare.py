@@ -78,7 +78,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.job import launcher_env
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import launcher_env
 
 
 LEASE_ALIVE = 60.0

@@ -116,7 +116,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import read_jsonl
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 
 
 def _load(path):

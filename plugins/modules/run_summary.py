@@ -146,10 +146,10 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.multinode.deepspeed.plugins.module_utils.diagnose import diagnose, first_failure
-from ansible_collections.multinode.deepspeed.plugins.module_utils.hostfile import build, parse
-from ansible_collections.multinode.deepspeed.plugins.module_utils.report import markdown, plot_series
-from ansible_collections.multinode.deepspeed.plugins.module_utils.summary import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import diagnose, first_failure
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import build, parse
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_series
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
     launcher_exit, mask_env, read_jsonl, summarize)
 
 try:

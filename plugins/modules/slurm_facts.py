@@ -81,7 +81,7 @@ message:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
 
 
 def read(module):

@@ -9,7 +9,7 @@ from ansible_collections.multinode.deepspeed.plugins.filter import link_gbps as 
 from ansible_collections.multinode.deepspeed.plugins.filter import preflight_bandwidth as bandwidth_plugin
 from ansible_collections.multinode.deepspeed.plugins.filter.link_gbps import link_gbps
 from ansible_collections.multinode.deepspeed.plugins.filter.preflight_bandwidth import preflight_bandwidth
-from ansible_collections.multinode.deepspeed.plugins.module_utils import fabric, nccl
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import fabric, nccl
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 GLOO = json.loads((FIXTURES / "preflight" / "gloo-2node-podman.json").read_text())

@@ -1,7 +1,7 @@
 """multinode_fabric facts of the sysfs fixtures (real sysfs trees and ip -j addr output), for the unit tests."""
 from pathlib import Path
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils import fabric
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import fabric
 
 SYSFS = Path(__file__).resolve().parents[3] / "fixtures" / "sysfs"
 # The address each fixture node is known by in its inventory.

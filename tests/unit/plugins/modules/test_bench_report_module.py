@@ -1,7 +1,7 @@
 """bench_report: report.md with plots and the history report from a collected benchmark run (issue 6)."""
 import json
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils import bench
+from ansible_collections.multinode.deepspeed.plugins.module_utils.bench import core as bench
 from ansible_collections.multinode.deepspeed.plugins.modules import bench_report
 
 

@@ -2,7 +2,7 @@ import socket
 
 
 from ansible_collections.multinode.deepspeed.plugins.modules import node_facts
-from tests.unit.plugins.module_utils.test_node import DISTS, make_venv
+from tests.unit.plugins.module_utils.provision.test_node import DISTS, make_venv
 
 
 def test_merges_the_provisioned_files_later_wins(tmp_path, run_module):

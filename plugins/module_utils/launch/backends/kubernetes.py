@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""kubernetes: the run is one headless Service and one StatefulSet (module_utils/launch/k8s.py), applied from the
+controller with kubernetes.core.k8s.
+
+Where ranks start: one pod per rank host of the plan; the pod's ordinal is DeepSpeed's node rank, its agent
+starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's stable DNS name as the master
+(``multinode_ds.k8s pod``).  The play starts no agent over SSH.
+What watches them: the agents' heartbeats on the shared directory (the pods mount it), and the pods' status from
+the API (``follower``: a pod that cannot be scheduled, cannot start, restarts or whose node stops reporting
+stops the run at once, naming it).
+How a run stops: the agents' ABORT and lease, as everywhere; then the StatefulSet and the Service are deleted
+(role ``backend``'s ``kubernetes.yml`` at the end of the play, the watch itself on Ctrl-C), unless
+``k8s_keep``.
+Preflight and the start check the cluster first (the API answers, the namespace, allocatable GPUs and the RDMA
+resource, the claim): role ``backend``, ``kubernetes.yml``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import time
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
+
+OBJECTS_FILE = "k8s/objects.json"
+AGENTS_FILE = "k8s/agents.json"
+
+
+class KubernetesBackend(backends.Backend):
+    NAME = "kubernetes"
+    DESCRIPTION = "a StatefulSet and a headless Service per run, one pod per rank node (kubernetes.core)"
+    checks = "kubernetes"
+    tasks = "kubernetes"
+    probe_nodes = False
+    SETTINGS = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
+                "k8s_fabric": "tcp", "k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_host_network": False,
+                "k8s_shared_volume": "", "k8s_shm_size": None, "k8s_apply": True, "k8s_keep": False,
+                "k8s_cluster_domain": "cluster.local"}
+
+    def options(self, settings, problems):
+        opts = dict((k[len("k8s_"):], settings.get(k) if settings.get(k) is not None else v)
+                    for k, v in self.SETTINGS.items())
+        for key in ("host_network", "apply", "keep"):
+            opts[key] = backends.flag(opts[key])
+        opts["volume"] = k8s.parse_volume(opts.pop("shared_volume"))
+        # The controller's kubeconfig, as kubectl finds it (the plan is made on the controller).
+        config = opts["kubeconfig"] or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
+        opts["kubeconfig"] = os.path.abspath(os.path.expanduser(str(config)))
+        return opts
+
+    def check(self, job):
+        return k8s.check(job, job["backend_options"])
+
+    def launchers(self, job):
+        return list(job["rank_hosts"])
+
+    def ssh_agents(self, job):
+        return []
+
+    def launch_argv(self, job, node):
+        opts = job["backend_options"]
+        master = k8s.master_dns(k8s.object_name(job["run_id"]), opts["namespace"], opts["cluster_domain"])
+        argv = self.deepspeed_argv(job)
+        argv[argv.index("--master_addr") + 1] = master
+        return argv + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] + self.rank_program(job)
+
+    def files(self, job):
+        return {
+            OBJECTS_FILE: json.dumps(self.objects(job), indent=1, sort_keys=True) + "\n",
+            AGENTS_FILE: json.dumps(self.describe_agents(job)) + "\n",
+        }
+
+    @staticmethod
+    def objects(job):
+        return k8s.objects(job, job["backend_options"])
+
+    def describe_agents(self, job):
+        """One agent argv per pod ordinal (the plan's rank order)."""
+        return [self.agent_argv(job, host, self.launch_argv(job, host)) for host in job["rank_hosts"]]
+
+    def follow(self, job):
+        opts = job["backend_options"]
+        return {"backend": self.NAME, "kubeconfig": opts["kubeconfig"], "context": opts["context"],
+                "namespace": opts["namespace"], "name": k8s.object_name(job["run_id"]),
+                "hosts": list(job["rank_hosts"]), "keep": opts["keep"]}
+
+    def follower(self, spec):
+        return Follower(spec)
+
+    def extra(self, job):
+        opts = job["backend_options"]
+        return {"objects": self.objects(job), "name": k8s.object_name(job["run_id"]),
+                "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
+                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"])}
+
+    def start(self, job):
+        return job["backend_options"]["apply"]
+
+    def handoff(self, job):
+        path = "%s/%s" % (job["run_dir"], OBJECTS_FILE)
+        return ("The run's Service and StatefulSet are written: %s (k8s_apply=false). Apply them with: kubectl "
+                "apply -f %s ; delete them with kubectl delete -f %s when the run ends." % (path, path, path))
+
+
+class Follower(object):
+    """The run's pods as the API sees them, followed from the controller by the watch."""
+
+    # Consecutive failed reads of the API before the run is stopped for it.
+    API_FAILURES = 5
+
+    def __init__(self, spec, api=None):
+        self.spec = spec
+        self.api = api
+        self.pods = []
+        self.failures = 0
+        self.created = None
+        self.error = None
+
+    def _api(self):
+        if self.api is None:
+            self.api = k8s.Api(self.spec.get("kubeconfig"), self.spec.get("context"))
+        return self.api
+
+    def poll(self, now=None):
+        """Problems that stop the run: ``[(rank host, message, lost)]``."""
+        now = time.time() if now is None else now
+        spec = self.spec
+        try:
+            api = self._api()
+            pods = api.pods(spec["namespace"], spec["name"])
+            nodes = api.nodes()
+            sts = api.statefulset(spec["namespace"], spec["name"])
+            events = api.events(spec["namespace"], spec["name"]) if len(pods) < len(spec["hosts"]) else []
+        except Exception as exc:  # pylint: disable=broad-except
+            self.failures += 1
+            self.error = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            if self.failures >= self.API_FAILURES:
+                return [(None, "the Kubernetes API does not answer (%d tries: %s)" % (self.failures, self.error),
+                         False)]
+            return []
+        self.failures = 0
+        self.pods = sorted((k8s.pod_state(p) for p in pods), key=lambda p: (p["ordinal"] is None, p["ordinal"]))
+        if sts is None:
+            return [(None, "the StatefulSet %s/%s is gone (deleted outside the run)" % (spec["namespace"], spec["name"]),
+                     False)]
+        self.created = k8s._time((sts.get("metadata") or {}).get("creationTimestamp"))  # pylint: disable=protected-access
+        return [(host, "%s (%s)" % (host, msg) if host else msg, lost)
+                for host, _pod, msg, lost in k8s.pod_problems(pods, nodes, spec["hosts"], now, self.created, events)]
+
+    def running(self):
+        """Every planned pod runs (its agent is up, or about to be)."""
+        return len(self.pods) == len(self.spec["hosts"]) and all(p["phase"] == "Running" for p in self.pods)
+
+    def progress(self):
+        """``pods 2/2 running`` or ``pods 1/2 running (mnds-x-1 Pending: ContainerCreating)``."""
+        if not self.pods:
+            return "pods 0/%d created" % len(self.spec["hosts"])
+        running = [p for p in self.pods if p["phase"] == "Running"]
+        others = ["%s %s%s%s" % (p["pod"], p["phase"], ": " + p["reason"] if p["reason"] else "",
+                                 " on " + p["node"] if p["node"] else "")
+                  for p in self.pods if p["phase"] != "Running"]
+        return "pods %d/%d running%s" % (len(running), len(self.spec["hosts"]),
+                                         " (%s)" % ", ".join(others) if others else "")
+
+    def record(self):
+        return {"pods": self.pods, "api_error": self.error if self.failures else None}
+
+    def stop(self):
+        """Delete the run's objects (unless ``keep``); what was deleted."""
+        if self.spec.get("keep"):
+            return []
+        return self._api().delete_run(self.spec["namespace"], self.spec["name"])

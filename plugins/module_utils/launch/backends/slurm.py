@@ -1,0 +1,119 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""slurm: the run is a batch job.  The coordinator's agent submits it (sbatch) and follows it; srun starts
+every rank (``--kill-on-bad-exit=1``); a run stops with scancel.  No SSH between nodes.
+
+Where ranks start: ``srun --distribution=arbitrary`` with the plan's rank order (``slurm/tasks``), each rank
+through ``multinode_ds.slurm rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
+What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
+How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
+Preflight: roles/backend/tasks/slurm.yml (munge, the partition, Slurm's versions).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import shlex
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+
+# sbatch options the batch script sets from the plan, or that would break how the run is followed.
+RESERVED = dict([(o, "the plan's layout: -e hosts/exclude and deepspeed_slots") for o in (
+    "--nodes", "--ntasks", "--ntasks-per-node", "--nodelist", "--distribution", "--exclude")] + [
+    (o, "the run directory, read back by the watch and the collection") for o in (
+        "--output", "--error", "--chdir", "--export", "--parsable", "--wrap", "--array", "--hold")] + [
+    ("--time", "-e timeout=<seconds>"), ("--partition", "-e slurm_partition=<name>"),
+    ("--account", "-e slurm_account=<name>"), ("--requeue", "a run is resumed on purpose: -e resume=true"),
+    ("--exclusive", "-e slurm_exclusive=false")])
+
+
+class SlurmBackend(backends.Backend):
+    NAME = "slurm"
+    DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
+    stop = "scancel"
+    # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
+    # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
+    sweep_after = 15
+    checks = "slurm"
+    # Inventory or -e variable -> default.
+    SETTINGS = {"slurm_partition": "gpu", "slurm_account": None, "slurm_submit": True, "slurm_exclusive": True,
+                "slurm_sbatch_args": []}
+
+    def options(self, settings, problems):
+        opts = dict((k[len("slurm_"):], settings.get(k, v) if settings.get(k) is not None else v)
+                    for k, v in self.SETTINGS.items())
+        for key in ("partition", "account"):
+            value = opts[key]
+            if value not in (None, "") and not slurm.NAME_RE.fullmatch(str(value)):
+                problems.append("slurm_%s=%r is not a Slurm name (letters, digits, '_', '.', '-'). Fix: -e slurm_%s="
+                                "<name>" % (key, value, key))
+        extra = opts["sbatch_args"]
+        if isinstance(extra, str):
+            try:
+                extra = shlex.split(extra)
+            except ValueError as exc:
+                problems.append("slurm_sbatch_args=%r cannot be split (%s). Fix: balance the quotes" % (extra, exc))
+                extra = []
+        for arg in extra or []:
+            arg = str(arg)
+            option = arg.split("=", 1)[0]
+            if not arg.startswith("--") or any(c in arg for c in "\n\r\\"):
+                problems.append("slurm_sbatch_args: %r is not a long sbatch option. Fix: --name=value items, one "
+                                "per list element" % (arg,))
+            elif option in RESERVED:
+                problems.append("slurm_sbatch_args: %s is set from the job plan (%s). Fix: leave it out%s" % (
+                    option, RESERVED[option], "" if not RESERVED[option].startswith("-e") else
+                    ", and use " + RESERVED[option]))
+        opts["sbatch_args"] = [str(a) for a in extra or []]
+        for key in ("submit", "exclusive"):
+            opts[key] = backends.flag(opts[key])
+        return opts
+
+    def launchers(self, job):
+        return list(job["coordinators"][:1])
+
+    def launch_argv(self, job, node):
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"],
+                "--host", node]
+
+    def check(self, job):
+        problems = []
+        for host, name in sorted((job.get("scheduler_names") or {}).items()):
+            if not slurm.NAME_RE.fullmatch(str(name)):
+                problems.append("%s: slurm_node_name=%r is not a Slurm node name (letters, digits, '_', '.', '-'). "
+                                "Fix: set it to the name sinfo shows for %s" % (host, name, host))
+        slots = sorted(set(job["slots"].values()))
+        if job["accelerator"] == "cuda" and len(slots) > 1:
+            problems.append("backend=slurm gives every node the same number of GPUs (--gres=gpu:N), but the ranks per "
+                            "node differ (%s). Fix: the same deepspeed_slots on every node, or -e hosts= the nodes "
+                            "with as many GPUs" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
+        return problems
+
+    def rank_argv(self, job):
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
+                "--master-addr", job["master_addr"], "--master-port", str(job["master_port"])]
+
+    def files(self, job):
+        opts = job["backend_options"]
+        names = job.get("scheduler_names") or {}
+        return {
+            slurm.BATCH_SCRIPT: slurm.batch_script(job, {"partition": opts["partition"], "account": opts["account"],
+                                                         "exclusive": opts["exclusive"],
+                                                         "extra": opts["sbatch_args"]},
+                                                   self.rank_argv(job), names),
+            slurm.TASKS_FILE: slurm.tasks_file(job, names),
+            # Slurm's node names -> the inventory's, for what the run reports.
+            slurm.NAMES_FILE: json.dumps(dict((v, k) for k, v in sorted(names.items())), sort_keys=True) + "\n",
+        }
+
+    def start(self, job):
+        return job["backend_options"]["submit"]
+
+    def handoff(self, job):
+        script = "%s/%s" % (job["run_dir"], slurm.BATCH_SCRIPT)
+        return ("The batch script is written: %s (slurm_submit=false). Submit it with: sbatch %s ; the run writes "
+                "its logs and metrics under %s." % (script, script, job["run_dir"]))

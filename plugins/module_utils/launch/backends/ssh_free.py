@@ -1,0 +1,22 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""ssh-free: Ansible starts DeepSpeed on every rank node (--no_ssh --node_rank); no SSH between nodes."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+
+
+class SshFreeBackend(backends.Backend):
+    NAME = "ssh-free"
+    DESCRIPTION = "Ansible starts every node, no SSH between nodes"
+
+    def launchers(self, job):
+        return list(job["rank_hosts"])
+
+    def launch_argv(self, job, node):
+        return self.deepspeed_argv(job) + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] \
+            + self.rank_program(job)

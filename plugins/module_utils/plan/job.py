@@ -1,0 +1,366 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job plan: everything a run is, computed once from the inventory, the facts and the -e values.
+
+``plan(settings, workers, coordinators, now)`` checks every value and returns the whole job:
+ranks per host and the hostfile, world size, master address and port, accelerator, the ranks'
+environment (run settings + the NCCL profile's and the stack's variables + the user's, validated),
+the program and its argv, the run id and its directories, and what the launch backend does with it
+(``backends``: launchers, agents, argv per launcher, SSH pairs).  Preflight, launch, watch and
+collect read this one result.
+
+Pure Python, no Ansible import: unit-tested on the controller.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+import shlex
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
+
+# The one place for the collection's default paths and settings (what the roles install).
+DEFAULTS = {
+    "model": "llama-tiny",
+    "steps": 30,
+    "backend": backends.DEFAULT,
+    "master_port": 29500,
+    "timeout": 3600,
+    "save_interval": 0,
+    "shared_dir": "/srv/multinode-deepspeed",
+    "home": "/opt/multinode-deepspeed",
+    "venv": "/opt/multinode-deepspeed/venv",
+    "torch_extensions_dir": "/opt/multinode-deepspeed/torch_extensions",
+    "etc_dir": "/etc/multinode-deepspeed",
+}
+RUN_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A directory of the cluster (from the inventory): it goes into the run directory's path, argv and DeepSpeed's
+# remote command line, so only characters no shell treats specially, and no '..'.
+PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
+# A value DeepSpeed's pdsh runner can export as it is (its own test for values it leaves unquoted): the others only
+# reach the ranks through rank.env, read by multinode_ds.rank on each node, never through a shell.
+SHELL_SAFE_RE = re.compile(r"[\w@%+=:,./-]*")
+# Variables the run sets itself, and the ones DeepSpeed's launcher gives each rank: the user's must not replace them.
+RESERVED_ENV = re.compile(r"MULTINODE_DS_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_SIZE|CROSS_RANK|CROSS_SIZE|"
+                          r"MASTER_ADDR|MASTER_PORT")
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+flag = backends.flag
+
+
+class JobError(ValueError):
+    """The job cannot be planned; the message has one sentence per problem, each with its fix."""
+
+
+def _whole(settings, key, low, high, unit, problems, limit=None):
+    """A whole number in ``low``-``high`` (shown as a range), or ``>= low`` up to a sanity ``limit``."""
+    value = settings.get(key, DEFAULTS.get(key))
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or not low <= int(text) <= (high or int(text)):
+        problems.append("%s=%s must be a whole number %s. Fix: -e %s=<%s>" % (
+            key, value, ">= %d" % low if not high else "in %d-%d" % (low, high), key, unit))
+        return None
+    if limit and int(text) > limit:
+        problems.append("%s=%s is more than %d, surely a typo. Fix: -e %s=<%s, at most %d>" % (
+            key, text, limit, key, unit, limit))
+        return None
+    return int(text)
+
+
+TRUE_WORDS = ("y", "yes", "on", "1", "true", "t")
+FALSE_WORDS = ("n", "no", "off", "0", "false", "f", "")
+# Trainer options the plan sets from its own variables: in ``args`` they would contradict the plan (the watch
+# counts -e steps, the checkpoint lock is the plan's directory...).
+PLANNED_OPTIONS = {"--model": "model", "--run-dir": "run_id", "--steps": "steps", "--checkpoint-dir": "model",
+                   "--save-interval": "save_interval", "--resume": "resume", "--ds-config": "ds_config",
+                   "--model-path": "model_path", "--dataset": "dataset", "--dry-run": None, "--world-size": None,
+                   "--memory-gib": None, "--local_rank": None}
+LIMITS = {"steps": 10 ** 9, "timeout": 30 * 86400, "save_interval": 10 ** 9}
+
+
+def _switch(settings, key, problems, also=()):
+    """A yes/no -e value as Ansible reads booleans (or one of ``also``): True, False, the word, or None (bad)."""
+    value = settings.get(key)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    word = str(value).strip().lower()
+    if word in also:
+        return word
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    problems.append("%s=%s is not a yes/no value. Fix: -e %s=true or -e %s=false%s" % (
+        key, value, key, key, "".join(" or -e %s=%s" % (key, w) for w in also)))
+    return None
+
+
+def parse_env(text):
+    """``KEY=VALUE`` lines (the files provisioning writes: deepspeed_env, stack.env) -> dict; other lines
+    (blanks, comments, anything that is not a variable assignment) are skipped."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and ENV_KEY_RE.fullmatch(key):
+            out[key] = value
+    return out
+
+
+def host_list(value):
+    """``-e hosts=w1,w2`` (or a YAML list) -> ``['w1', 'w2']``."""
+    if value in (None, ""):
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    return [str(x).strip() for x in items if str(x).strip()]
+
+
+def _check_env(name, env, problems):
+    """Keys must be variable names and values single lines of text."""
+    for key, value in sorted(env.items(), key=lambda kv: str(kv[0])):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            problems.append("%s: %r is not a variable name. Fix: letters, digits and '_', not starting with a "
+                            "digit" % (name, key))
+        elif value is None or isinstance(value, (dict, list)) or "\n" in str(value) or "\r" in str(value) \
+                or "\0" in str(value):
+            problems.append("%s: %s must be one line of text. Fix: give %s a single-line value" % (name, key, key))
+
+
+def user_env(settings, problems):
+    """The user's ``deepspeed_rank_env``, checked: keys must be variable names and values single lines
+    (``rank.env`` holds one ``KEY=VALUE`` per line); the variables the run sets itself cannot be replaced, and a
+    secret's name is refused (this environment is written to the run directory and DeepSpeed's launcher log:
+    ``secret_env`` is the way)."""
+    user = settings.get("deepspeed_rank_env") or {}
+    if not isinstance(user, dict):
+        problems.append("deepspeed_rank_env must be a mapping of variable names to values. Fix: -e "
+                        "'{\"deepspeed_rank_env\": {\"KEY\": \"value\"}}'")
+        return {}
+    _check_env("deepspeed_rank_env", user, problems)
+    for key in sorted(k for k in user if isinstance(k, str)):
+        if RESERVED_ENV.fullmatch(key):
+            problems.append("deepspeed_rank_env: %s is set by the run itself. Fix: leave %s out (the plan sets it "
+                            "for every rank)" % (key, key))
+        elif secret_name(key):
+            problems.append("deepspeed_rank_env: %s looks like a secret, and this environment is written to the run "
+                            "directory and DeepSpeed's launcher log. Fix: pass it in secret_env (node-local, mode "
+                            "0600, never logged; vault it with ansible-vault)" % key)
+    return dict((k, str(v)) for k, v in user.items())
+
+
+def rank_env(job, settings, node_env, user):
+    """The environment every rank gets, in the order of precedence (later wins): the run's own
+    settings, the job's NCCL profile and stack variables (``node_env``), the user's (``user_env``)."""
+    env = {"DS_ACCELERATOR": job["accelerator"], "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
+           "MULTINODE_DS_RUN_ID": job["run_id"], "MULTINODE_DS_RUN_DIR": job["run_dir"],
+           "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH}
+    if job.get("interface"):
+        env["GLOO_SOCKET_IFNAME"] = job["interface"]
+    env.update(node_env or {})
+    if settings.get("hf_token_set"):
+        env["HF_TOKEN_PATH"] = job["home"] + "/secrets/hf_token"
+    if job.get("secret_file"):
+        env["MULTINODE_DS_SECRET_ENV"] = job["secret_file"]
+    env.update(user)
+    return dict((k, str(v)) for k, v in env.items())
+
+
+def secret_settings(job, settings, run_id, problems):
+    """``secret_env`` (a mapping, e.g. from a vaulted vars file): checked here, written node-local by the play
+    (``job["secret_file"]``, mode 0600) and read by every rank (multinode_ds.rank).  The plan keeps the names,
+    never the values."""
+    job["secret_file"], job["secret_keys"] = None, []
+    secrets = settings.get("secret_env")
+    if secrets in (None, "", {}):
+        return
+    if not isinstance(secrets, dict):
+        problems.append("secret_env must be a mapping of variable names to values. Fix: put secret_env: {KEY: value} "
+                        "in a vars file (ansible-vault encrypt it) and pass -e @that-file")
+        return
+    _check_env("secret_env", secrets, problems)
+    for key in sorted(k for k in secrets if isinstance(k, str) and RESERVED_ENV.fullmatch(k)):
+        problems.append("secret_env: %s is set by the run itself. Fix: leave it out" % key)
+    job["secret_keys"] = sorted(str(k) for k in secrets)
+    job["secret_file"] = "%s/secrets/runs/%s.json" % (job["home"], run_id)
+
+
+def launcher_env(env):
+    """The part of the ranks' environment that goes into ``.deepspeed_env``: DeepSpeed's pdsh runner pastes those
+    lines into one remote shell command (``export K=V; ...``), so only values it can pass as they are.  The
+    whole environment is ``rank.env``, which ``multinode_ds.rank`` reads on each node."""
+    return dict((k, v) for k, v in env.items() if SHELL_SAFE_RE.fullmatch(v))
+
+
+def program(job, settings):
+    """The argv after DeepSpeed's options: the bundled trainer's, or the user's script, + ``args``."""
+    if job["entrypoint"]:
+        argv = [job["entrypoint"]]
+    else:
+        argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
+                "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
+                "--save-interval", str(job["save_interval"])]
+        argv += ["--resume"] if job.get("resume") else []
+        for key, flag in (("ds_config", "--ds-config"), ("model_path", "--model-path"), ("dataset", "--dataset")):
+            if settings.get(key):
+                argv += [flag, str(settings[key])]
+    return argv + job["args"]
+
+
+def plan(settings, workers, coordinators, now):
+    """The whole job, or JobError.
+
+    ``settings``: the -e values and inventory settings (keys of DEFAULTS, plus ``run_id``, ``hosts``,
+    ``exclude``, ``entrypoint``, ``args``, ``resume``, ``ds_config``, ``model_path``, ``dataset``,
+    ``deepspeed_rank_env``, ``hf_token_set``).  ``workers``: inventory name -> ``{"slots" (or None),
+    "accelerator" (deepspeed_accelerator, or None), "gpus", "address", "memtotal_mb", "interface",
+    "env"}`` in inventory order.  ``coordinators``: inventory names.  ``now``: a datetime (UTC) for
+    the default run id.
+    """
+    problems = []
+    job = dict((k, settings.get(k) or DEFAULTS[k]) for k in
+               ("model", "shared_dir", "home", "venv", "torch_extensions_dir", "etc_dir"))
+    for key, var in (("shared_dir", "shared_dir_path"), ("home", "stack_home"), ("venv", "stack_venv_dir"),
+                     ("torch_extensions_dir", "stack_torch_extensions_dir"), ("etc_dir", "etc_dir")):
+        value = job[key]
+        if not isinstance(value, str) or not PATH_RE.fullmatch(value) or ".." in value.split("/") or len(value) > 256:
+            problems.append("%s=%r must be an absolute path of letters, digits and '._+-/' (no '..', no spaces: it "
+                            "goes into every rank's command line). Fix: set %s to such a path" % (var, value, var))
+    if not isinstance(job["model"], str) or not RUN_ID_RE.fullmatch(job["model"]):
+        problems.append("model=%r is not a model name (letters, digits, '.', '_', '-'; it names the checkpoint "
+                        "directory). Fix: -e model=<one of the bundled models, e.g. llama-tiny>, or -e model_path= "
+                        "for your own weights" % (job["model"],))
+    job["steps"] = _whole(settings, "steps", 1, None, "steps", problems, LIMITS["steps"])
+    job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
+    job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems, LIMITS["timeout"])
+    job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems, LIMITS["save_interval"])
+    job["resume"] = _switch(settings, "resume", problems)
+    _switch(settings, "preflight", problems, also=("force",))
+    # Unset: the watch derives it from the step time (module_utils/run/watch.stall_limit).
+    job["stall_timeout"] = _whole(settings, "stall_timeout", 10, None, "seconds", problems) \
+        if settings.get("stall_timeout") not in (None, "") else None
+    if job["stall_timeout"] and job["timeout"] and job["stall_timeout"] >= job["timeout"]:
+        problems.append("stall_timeout=%d is not shorter than timeout=%d, so a stall would never be noticed before "
+                        "the run times out. Fix: -e stall_timeout=<fewer seconds than %d>, or a longer -e timeout" % (
+                            job["stall_timeout"], job["timeout"], job["timeout"]))
+    backend_name = settings.get("backend") or DEFAULTS["backend"]
+    try:
+        backend = backends.get(backend_name)
+    except backends.BackendError as exc:
+        problems.append(str(exc))
+        backend = None
+    backend_options = backend.options(settings, problems) if backend else {}
+    # The default id: the UTC time to the millisecond and the action's random nonce, so that two runs started in
+    # the same second (two terminals, a scheduler) never share a directory.
+    stamp = "%s-%03d" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000)
+    named = job["model"] if RUN_ID_RE.fullmatch(str(job["model"])) else "run"
+    run_id = settings.get("run_id") or "%s%s-%s" % (stamp, settings.get("run_nonce") or "", named)
+    if not RUN_ID_RE.fullmatch(str(run_id)):
+        problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
+                        "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
+    secret_settings(job, settings, run_id, problems)
+    user = user_env(settings, problems)
+    entrypoint = str(settings.get("entrypoint") or "")
+    if entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
+        problems.append("entrypoint=%r must be an absolute path that every node can read. Fix: put the script "
+                        "on the shared directory and pass its absolute path" % entrypoint)
+    try:
+        args = shlex.split(str(settings.get("args") or ""))
+    except ValueError as exc:
+        args = []
+        problems.append("args=%r cannot be split into arguments (%s). Fix: balance the quotes" % (
+            settings.get("args"), exc))
+    include, exclude = host_list(settings.get("hosts")), host_list(settings.get("exclude"))
+    for key, names in (("hosts", include), ("exclude", exclude)):
+        for name in sorted(set(n for n in names if names.count(n) > 1)):
+            problems.append("%s lists %s twice. Fix: name each host once (-e %s=%s)" % (
+                key, name, key, ",".join(dict.fromkeys(names))))
+    if job["resume"] and entrypoint:
+        problems.append("resume=true is the bundled trainer's, and entrypoint=%s is your own script. Fix: leave "
+                        "resume out and pass your script's own option in args" % entrypoint)
+    if not entrypoint:
+        for arg in args:
+            option = arg.split("=", 1)[0]
+            if option in PLANNED_OPTIONS:
+                var = PLANNED_OPTIONS[option]
+                problems.append("args sets %s, which the plan sets itself. Fix: %s" % (
+                    option, "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
+    for name, w in workers.items():
+        gpus, slots = int(w.get("gpus") or 0), w.get("slots")
+        if gpus and w.get("accelerator") in (None, "", "cuda") and str(slots).isdigit() and int(slots) > gpus:
+            problems.append("host %s: deepspeed_slots=%s, but it has %d GPU(s) (nvidia-smi) and a CUDA rank needs a "
+                            "GPU of its own. Fix: deepspeed_slots <= %d for %s, or leave it unset (one rank per GPU)"
+                            % (name, slots, gpus, gpus, name))
+    candidates = dict((name, w.get("slots")) for name, w in workers.items() if w.get("slots") is not None)
+    layout = None
+    if not candidates:
+        problems.append("no worker has GPUs (nvidia-smi found none on %s) and none sets deepspeed_slots. Fix: set "
+                        "deepspeed_slots (ranks per node) for CPU workers in the inventory, or check the GPU driver "
+                        "on the workers (nvidia-smi)" % (", ".join(workers) or "no workers"))
+    else:
+        try:
+            layout = build(with_slots(list(candidates), candidates), exclude=exclude, include=include or None)
+        except HostfileError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise JobError("; ".join(problems))
+    rank_hosts = [h["name"] for h in layout["hosts"]]
+    silent = [h for h in rank_hosts if workers[h].get("answered") is False]
+    if silent:
+        raise JobError("%s did not answer (unreachable, or reading it failed: the error is above), so a job on %s "
+                       "cannot start. Fix: repair %s, or leave it out with -e exclude=%s" % (
+                           ", ".join(silent), ", ".join(rank_hosts), ", ".join(silent), ",".join(silent)))
+    master = workers[layout["master"]]
+    job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
+    job.update({
+        "run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options, "entrypoint": entrypoint, "args": args,
+        "run_dir": "%s/runs/%s" % (job["shared_dir"], run_id),
+        "checkpoint_dir": "%s/checkpoints/%s" % (job["shared_dir"], job["model"]),
+        "coordinators": list(coordinators), "rank_hosts": rank_hosts,
+        "slots": dict((h["name"], h["slots"]) for h in layout["hosts"]),
+        "first_ranks": dict((h["name"], h["first_rank"]) for h in layout["hosts"]),
+        "world_size": layout["world_size"], "hostfile": layout["text"], "ranks": layout["ranks"],
+        "master": layout["master"], "master_addr": master.get("address") or layout["master"],
+        "addresses": dict((h, workers[h].get("address") or h) for h in rank_hosts),
+        "accelerator": master.get("accelerator") or ("cuda" if int(master.get("gpus") or 0) > 0 else "cpu"),
+        "metrics": not entrypoint,
+    })
+    interfaces = sorted(set(workers[h].get("interface") for h in rank_hosts) - {None, ""})
+    job["interface"] = interfaces[0] if len(interfaces) == 1 else None
+    memory = [workers[h].get("memtotal_mb") for h in rank_hosts]
+    job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
+    job["env"] = rank_env(job, settings, master.get("env") or {}, user)
+    job["program"] = program(job, settings)
+    # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
+    job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None
+    problems = backend.check(job)
+    if problems:
+        raise JobError("; ".join(problems))
+    job["launch"] = backend.describe(job)
+    job["allreduce"] = allreduce_argv(job)
+    job["dry_run"] = dry_run_argv(job) if job["metrics"] else None
+    return job
+
+
+def dry_run_argv(job):
+    """The bundled trainer's check of model, data, config and memory (no torch import, nothing trained)."""
+    argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.train", "--dry-run", "--world-size",
+            str(job["world_size"])]
+    if job.get("rank_memory_gib"):
+        argv += ["--memory-gib", str(job["rank_memory_gib"])]
+    return argv + job["program"][2:]
+
+
+def allreduce_argv(job):
+    """Preflight's all-reduce test with the job's layout, per rank node (``--label``, ``--out`` and
+    ``--max-bytes`` are the test's own): the same master, port, ranks and accelerator as the run."""
+    backend = "nccl" if job["accelerator"] == "cuda" else "gloo"
+    return dict((host, [job["venv"] + "/bin/python", "-m", "multinode_ds.allreduce_perf",
+                        "--master-addr", job["master_addr"], "--master-port", str(job["master_port"]),
+                        "--world-size", str(job["world_size"]), "--first-rank", str(job["first_ranks"][host]),
+                        "--nproc", str(job["slots"][host]), "--backend", backend, "--node", host])
+                for host in job["rank_hosts"])

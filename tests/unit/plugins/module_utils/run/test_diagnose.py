@@ -1,0 +1,65 @@
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
+    diagnose, first_failure, version_mismatch)
+
+FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "logs"
+LAYOUT = [{"name": "worker1", "slots": 1, "first_rank": 0}, {"name": "worker2", "slots": 1, "first_rank": 1}]
+
+
+def ids(findings):
+    return [f["id"] for f in findings]
+
+
+def test_sigkilled_rank_is_found_first_with_its_global_rank():
+    text = (FIXTURES / "pdsh_sigkill.log").read_text()
+    failure = first_failure({"coord": text}, LAYOUT)
+    assert failure["host"] == "worker2" and failure["rank"] == 1
+    assert failure["exit_code"] == -9 and failure["signal"] == "SIGKILL"
+    found = diagnose({"launcher.log": text})
+    killed = [f for f in found if f["id"] == "killed"][0]
+    assert killed["signal"] == "SIGKILL" and "out-of-memory killer" in killed["cause"]
+
+
+def test_local_rank_maps_to_global_rank_on_multi_slot_hosts():
+    layout = [{"name": "a", "slots": 4, "first_rank": 0}, {"name": "b", "slots": 4, "first_rank": 4}]
+    line = "b: [ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'x.py', '--local_rank=2'] exits with return code = 1"
+    assert first_failure({"coord": line}, layout)["rank"] == 6
+    # A node's own launcher log (ssh-free backend) carries no host prefix: the key names the host.
+    line = "[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'x.py', '--local_rank=3'] exits with return code = 2"
+    assert first_failure({"a": line}, layout)["rank"] == 3
+
+
+def test_clean_exit_is_no_failure():
+    assert first_failure({"coord": "w1: ... exits with return code = 0"}, LAYOUT) is None
+
+
+def test_ibv_modify_qp_from_the_field_notes():
+    found = diagnose({"logs/rank0.log": (FIXTURES / "ibv_modify_qp.log").read_text()})
+    assert ids(found)[0] == "rdma-init"
+    assert "NCCL_IB_DISABLE=1" in found[0]["remedy"] and "NCCL_SOCKET_IFNAME" in found[0]["remedy"]
+    assert "ibv_modify_qp" in found[0]["line"]
+
+
+@pytest.mark.parametrize("rule", ["cuda-oom", "invalid-device", "port-in-use", "ssh-permission", "ssh-hostkey",
+                                  "missing-module", "hostfile-fallback", "collective-timeout"])
+def test_each_known_pattern_is_recognised(rule):
+    found = diagnose({"misc.log": (FIXTURES / "misc_failures.log").read_text()})
+    assert rule in ids(found)
+
+
+def test_missing_module_names_the_module():
+    found = diagnose({"x": "ModuleNotFoundError: No module named 'flash_attn'"})
+    assert found[0]["module"] == "flash_attn"
+
+
+def test_healthy_log_has_no_findings():
+    assert diagnose({"ok.log": "multinode_ds: step 30/30 loss 2.9\nrank 0 finished"}) == []
+
+
+def test_version_mismatch_between_nodes():
+    versions = {"w1": {"deepspeed": "0.19.8", "torch": "2.13.0"}, "w2": {"deepspeed": "0.19.7", "torch": "2.13.0"}}
+    assert version_mismatch(versions) == ["deepspeed: 0.19.7 on w2, 0.19.8 on w1"]
+    assert "version-mismatch" in ids(diagnose({}, versions))

@@ -1,0 +1,70 @@
+"""Stall detection and its blame (module_utils/run/watch.py): no rank finishes a step, whom to name."""
+import datetime
+
+import pytest
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import blame_stall, stall_limit, stalled
+
+
+def step(rank, n, t, host, step_time=0.2):
+    return {"event": "step", "rank": rank, "step": n, "time": t, "host": host, "step_time": step_time}
+
+
+def test_the_limit_is_ten_step_times_with_a_floor():
+    ranks = {"0": step(0, 5, 100, "w1", 0.2), "1": step(1, 5, 100, "w2", 0.3)}
+    assert stall_limit(ranks) == 45.0
+    slow = {"0": step(0, 5, 100, "w1", 12.0), "1": step(1, 5, 100, "w2", 12.0)}
+    assert stall_limit(slow) == 120.0
+    assert stall_limit(ranks, stall_timeout=30) == 30.0
+
+
+def test_a_hung_collective_stalls_every_rank_at_the_same_step():
+    status = {"ranks": {"0": step(0, 26, 1000.0, "worker1"), "1": step(1, 26, 1000.5, "worker2")}}
+    assert stalled(status, now=1040.0, started_at=900.0) is None
+    got = stalled(status, now=1050.0, started_at=900.0)
+    assert got["reason"] == "the run stalled: no rank finished a step for 50s (limit 45s); the last step of every " \
+                            "rank is 26"
+    assert got["behind"] == {"worker1": [0], "worker2": [1]}
+
+
+def test_ranks_behind_are_named():
+    status = {"ranks": {"0": step(0, 30, 1000.0, "worker1"), "1": step(1, 29, 990.0, "worker2")}}
+    got = stalled(status, now=1100.0, started_at=900.0)
+    assert got["behind"] == {"worker2": [1]} and "ranks 1 on worker2 are behind, at step 29" in got["reason"]
+
+
+def test_before_the_first_step_the_startup_allowance_counts():
+    status = {"ranks": {"0": {"event": "start", "rank": 0, "time": 905.0}}}
+    assert stalled(status, now=1150.0, started_at=900.0) is None
+    got = stalled(status, now=1201.0, started_at=900.0)
+    assert "no rank finished its first step for 301s (limit 300s)" in got["reason"]
+
+
+def test_a_users_script_is_judged_by_its_logs():
+    status = {"ranks": {}, "logs_mtime": 1000.0}
+    assert stalled(status, now=1100.0, started_at=900.0) is None
+    assert "no rank wrote to its log for 151s (limit 150s)" in stalled(status, now=1151.0, started_at=900.0)["reason"]
+
+
+def test_a_node_the_coordinator_cannot_reach_is_named_first():
+    stall = {"reason": "the run stalled: no rank finished a step for 50s (limit 45s)", "behind": {"worker1": [0]}}
+    reason = blame_stall(stall, {"worker1": {"ok": True, "error": None},
+                                 "worker2": {"ok": False, "error": "timed out"}})
+    assert reason.startswith("worker2: worker2 does not answer on the cluster network (timed out), so the run "
+                             "stalled (the run stalled: no rank")
+
+
+def test_every_node_answers_so_a_collective_hung():
+    stall = {"reason": "the run stalled: x", "behind": {"worker1": [0], "worker2": [1]}}
+    assert "every node answers, so a collective hung" in blame_stall(stall, {"worker1": {"ok": True}})
+
+
+@pytest.mark.parametrize("value", ["5", "soon", "-1"])
+def test_stall_timeout_is_checked(value):
+    workers = {"w1": {"slots": 1, "address": "10.0.0.1", "env": {}},
+               "w2": {"slots": 1, "address": "10.0.0.2", "env": {}}}
+    with pytest.raises(JobError) as err:
+        plan({"stall_timeout": value}, workers, ["coord"], datetime.datetime(2026, 11, 23))
+    assert "stall_timeout=%s must be a whole number >= 10" % value in str(err.value)
+    assert plan({"stall_timeout": "60"}, workers, ["coord"], datetime.datetime(2026, 11, 23))["stall_timeout"] == 60
