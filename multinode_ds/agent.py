@@ -232,60 +232,79 @@ class Agent:
             self.start_child()
         else:
             self.beat(state="running")
-        reason = None
-        while True:
-            pids = run_pids(self.run_id, exclude=self.own)
-            self.seen_pids = self.seen_pids or bool(pids)
-            rc = self.child.poll() if self.child else None
-            if rc is not None and self.state["exit_code"] is None:
-                self.state["exit_code"] = rc
-                if rc != 0:
-                    self.abort(f"the launcher on {self.host} exited with {rc}", exit_code=rc)
-            failed = self.scan_log() if self.cmd else None
-            if failed and not self.state["failed_line"]:
-                self.state["failed_line"] = failed[0]
-                self.abort(f"a rank on {self.host} exited with {failed[1]}", exit_code=failed[1], line=failed[0])
-            if (self.control / "ABORT").exists():
-                reason = "aborted"
-                break
-            if self.lease_stale():
-                reason = "the controller stopped watching (lease expired)"
-                self.abort(reason)
-                break
-            if self.max_time and time.time() - self.started > self.max_time:
-                reason = f"the run exceeded its timeout of {self.max_time:.0f}s"
-                self.abort(reason)
-                break
-            if self.child is not None and rc is not None and not pids:
-                reason = "finished"
-                break
-            if self.child is None and (self.control / "DONE").exists() and not pids:
-                reason = "finished"
-                break
-            self.beat(state="running", pids=pids)
-            time.sleep(self.interval)
+        reason = self.wait_for_end()
         if reason != "finished":
-            self.beat(state="stopping", reason=reason)
-            if self.child is None and self.sweep_after:
-                # A scheduler stops this node's ranks itself (scancel): give it the time, then sweep what is left.
-                deadline = time.time() + self.sweep_after
-                while time.time() < deadline and run_pids(self.run_id, exclude=self.own):
-                    self.beat(state="stopping", reason=reason)
-                    time.sleep(min(self.interval, 0.5))
-            kill_all(self.run_id, self.own, self.child.pid if self.child else None,
-                     launcher_signal=signal.Signals["SIG" + self.stop_signal])
-            if self.child is not None:
-                try:
-                    self.child.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-                if self.state["exit_code"] is None:
-                    self.state["exit_code"] = self.child.returncode
+            self.stop(reason)
         left = run_pids(self.run_id, exclude=self.own)
         self.beat(state="finished" if reason == "finished" else "aborted", reason=reason, pids=left)
         if self.child is not None:
             return self.state["exit_code"] if self.state["exit_code"] is not None else 1
         return 0 if reason == "finished" else 1
+
+    def wait_for_end(self) -> str:
+        """Beat until the run ends on this node; returns "finished", or why it stops."""
+        while True:
+            pids = run_pids(self.run_id, exclude=self.own)
+            self.seen_pids = self.seen_pids or bool(pids)
+            rc = self.child.poll() if self.child else None
+            self.note_failure(rc)
+            reason = self.end_reason(rc, pids)
+            if reason:
+                return reason
+            self.beat(state="running", pids=pids)
+            time.sleep(self.interval)
+
+    def note_failure(self, rc):
+        """The launcher's exit code (``rc``: None while it runs) once it exited, and the first failed rank in its log:
+        either failure aborts the run on every node."""
+        if rc is not None and self.state["exit_code"] is None:
+            self.state["exit_code"] = rc
+            if rc != 0:
+                self.abort(f"the launcher on {self.host} exited with {rc}", exit_code=rc)
+        failed = self.scan_log() if self.cmd else None
+        if failed and not self.state["failed_line"]:
+            self.state["failed_line"] = failed[0]
+            self.abort(f"a rank on {self.host} exited with {failed[1]}", exit_code=failed[1], line=failed[0])
+
+    def end_reason(self, rc, pids):
+        """Why the run ends on this node now (None: it goes on): an ABORT record, a stale lease or the run's timeout
+        (both abort the run everywhere), or "finished" (the launcher exited, or the controller wrote DONE for a
+        watcher, and none of the run's processes is left)."""
+        if (self.control / "ABORT").exists():
+            return "aborted"
+        if self.lease_stale():
+            reason = "the controller stopped watching (lease expired)"
+            self.abort(reason)
+            return reason
+        if self.max_time and time.time() - self.started > self.max_time:
+            reason = f"the run exceeded its timeout of {self.max_time:.0f}s"
+            self.abort(reason)
+            return reason
+        if self.child is not None and rc is not None and not pids:
+            return "finished"
+        if self.child is None and (self.control / "DONE").exists() and not pids:
+            return "finished"
+        return None
+
+    def stop(self, reason):
+        """Stop the run's processes on this node: a watcher first gives a scheduler sweep_after seconds to stop
+        them itself; then the launcher's group gets the stop signal, the rest SIGTERM, SIGKILL what is left."""
+        self.beat(state="stopping", reason=reason)
+        if self.child is None and self.sweep_after:
+            # A scheduler stops this node's ranks itself (scancel): give it the time, then sweep what is left.
+            deadline = time.time() + self.sweep_after
+            while time.time() < deadline and run_pids(self.run_id, exclude=self.own):
+                self.beat(state="stopping", reason=reason)
+                time.sleep(min(self.interval, 0.5))
+        kill_all(self.run_id, self.own, self.child.pid if self.child else None,
+                 launcher_signal=signal.Signals["SIG" + self.stop_signal])
+        if self.child is not None:
+            try:
+                self.child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            if self.state["exit_code"] is None:
+                self.state["exit_code"] = self.child.returncode
 
 
 def parse_args(argv=None):

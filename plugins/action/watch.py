@@ -17,9 +17,11 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, blame_stall, decide, ignore_signals, progress_line,
-    restore_signals, stalled, trap_stop_signals, unreachable)
+    FAILED, RUNNING, STOPPING, SUCCESS, abort_for_pods, abort_for_stall, abort_for_timeout, decide, ignore_signals,
+    interruption_reason, progress_line, restore_signals, stalled, stop_overdue, switch_line, trap_stop_signals,
+    unreachable, watch_options)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -96,132 +98,148 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
-        nodes = list(args["nodes"])
-        launchers = list(args["launchers"])
-        world_size = args.get("world_size")
-        world_size = int(world_size) if world_size not in (None, "") else None
-        total = args.get("total_steps")
-        poll = float(args.get("poll_interval", 2))
-        every = float(args.get("progress_interval", 10))
-        hb_timeout = float(args.get("heartbeat_timeout", 20))
-        start_timeout = float(args.get("start_timeout", 120))
-        stop_timeout = float(args.get("stop_timeout", 60))
-        timeout = float(args.get("timeout", 0) or 0)
-        stall_timeout = float(args.get("stall_timeout") or 0) or None
-        startup_timeout = float(args.get("startup_timeout") or 300)
-        addresses = dict(args.get("addresses") or {})
+        opts = watch_options(args)
         # What the backend follows beside the heartbeats (a Kubernetes run's pods), from the controller.
         follow = args.get("follow") or None
         follower = backends.get(follow["backend"]).follower(follow) if follow else None
-        pods_up = None
-        t0 = time.time()
-        last_print = 0.0
-        last_line = None
-        stop_started = None
-        reason = None
-        verdict = RUNNING
-        status = {}
-        host = task_vars.get("inventory_hostname")
+        loop = _Loop(time.time(), task_vars.get("inventory_hostname"))
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
-        switch = None
         finished = False
         try:
-            while True:
-                status = self._status(task_vars)
-                if switch is None and not status.get("abort"):
-                    switch = self._dead_man_switch(args["run_dir"]) or False
-                now = status["now"]
-                # The agents' start clock runs from when the backend's pods all run (an image pull may take
-                # minutes; a pod that cannot start is the follower's to name).
-                started = t0 if follower is None else (pods_up or time.time())
-                verdict, reason, action = decide(status, nodes, launchers, now, heartbeat_timeout=hb_timeout,
-                                                 start_timeout=start_timeout,
-                                                 started_at=now - (time.time() - started), world_size=world_size)
-                if follower is not None and verdict == RUNNING and not action:
-                    problems = follower.poll()
-                    if pods_up is None and follower.running():
-                        pods_up = time.time()
-                    if problems:
-                        reason = "; ".join(msg for _host, msg, _lost in problems)
-                        action = ("abort", reason, [h for h, _msg, lost in problems if lost and h])
-                        verdict = STOPPING
-                if timeout and verdict == RUNNING and time.time() - t0 > timeout:
-                    reason = "the run exceeded its timeout of %.0fs" % timeout
-                    action = ("abort", reason)
-                    verdict = STOPPING
-                stall = stalled(status, now, now - (time.time() - t0), stall_timeout, startup_timeout) \
-                    if verdict == RUNNING and not action else None
-                if stall:
-                    # Whom to blame: a node the coordinator cannot reach any more comes first.
-                    probe = self._status(task_vars, probe=addresses)["reachable"] if addresses else {}
-                    reason = blame_stall(stall, probe)
-                    action = ("abort", reason, unreachable(probe))
-                    verdict = STOPPING
-                if action and action[0] == "abort":
-                    display.display("[%s] stopping the run on every node: %s" % (host, action[1]), color="red")
-                    status = self._status(task_vars, abort=action[1], lost=list(action[2]) if len(action) > 2 else [])
-                elif action and action[0] == "done":
-                    self._status(task_vars, done=True)
-                line = progress_line(status, now, total)
-                if follower is not None and verdict in (RUNNING, STOPPING):
-                    line = "%s; %s" % (line, follower.progress())
-                if time.time() - last_print >= every or verdict in (SUCCESS, FAILED):
-                    if line != last_line or time.time() - last_print >= every:
-                        display.display("[%s] %s" % (host, line), color="cyan")
-                        last_print, last_line = time.time(), line
-                if verdict in (SUCCESS, FAILED):
-                    break
-                if verdict == STOPPING:
-                    stop_started = stop_started or time.time()
-                    if time.time() - stop_started > stop_timeout:
-                        reason = "%s; nodes still not stopped after %.0fs" % (reason, stop_timeout)
-                        verdict = FAILED
-                        break
-                time.sleep(poll)
+            self._watch(task_vars, opts, follower, loop)
             finished = True
         except BaseException as exc:  # Ctrl-C on the controller included: stop the run everywhere.
             ignore_signals(previous)
-            why = ("interrupted on the controller" if isinstance(exc, (KeyboardInterrupt, Interrupted))
-                   else "the controller's watch failed: %s" % exc)
-            # The open session writes ABORT at once; the module call below gives it the real reason when it
-            # gets there first (Ansible may end this process before it does).
-            self._release_switch(switch or None, wait=2.0, reason=why.splitlines()[0].replace('"', "'")[:300])
-            switch = None
-            if follower is not None:
-                # The play ends here (its last steps do not run on Ctrl-C, and Ansible's main process may be gone
-                # before the module call below returns): the backend's objects go first, in a few API calls.
-                try:
-                    deleted = follower.stop()
-                    display.display("[%s] deleted %s" % (host, ", ".join(deleted) or "nothing (kept)"), color="red")
-                except Exception as exc:  # pylint: disable=broad-except
-                    display.display("[%s] could not delete the run's objects: %s" % (host, exc), color="red")
-            try:
-                self._status(task_vars, abort=why)
-                display.display("[%s] stopped the run on every node: %s" % (host, why), color="red")
-            except Exception:  # pylint: disable=broad-except
-                pass  # the agents also stop when the controller's lease expires
+            self._stop_everywhere(task_vars, follower, loop, interruption_reason(exc))
             raise
         finally:
             # With the verdict in, nothing more to write: "ended". Reached any other way (an exception that the
             # handler above did not see through), the switch writes ABORT on its own.
-            self._release_switch(switch or None, reason=ENDED if finished else None)
+            self._release_switch(loop.switch or None, reason=ENDED if finished else None)
             if args.get("lock"):
                 try:
                     self._status(task_vars, release=args["lock"])
                 except Exception:  # pylint: disable=broad-except
                     pass  # a lock whose run's lease went stale is taken over by the next run
             restore_signals(previous)
-        lost = list((status.get("abort") or {}).get("lost") or [])
-        if verdict == FAILED and addresses:
+        status = loop.status
+        result.update(changed=True, status=loop.verdict, reason=loop.reason, nodes=status.get("nodes", {}),
+                      lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
+                      ranks=status.get("ranks", {}), done_ranks=status.get("done_ranks", []),
+                      elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None)
+        return result
+
+    def _watch(self, task_vars, opts, follower, loop):
+        """Poll the run until its verdict is in (SUCCESS or FAILED): act on each poll's verdict, show the progress,
+        and fail a stop that takes longer than stop_timeout."""
+        while True:
+            loop.status = self._status(task_vars)
+            if loop.switch is None and not loop.status.get("abort"):
+                loop.switch = self._dead_man_switch(self._task.args["run_dir"]) or False
+            now = loop.status["now"]
+            action = self._judge(task_vars, opts, follower, loop, now)
+            if action and action[0] == "abort":
+                display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
+                loop.status = self._status(task_vars, abort=action[1], lost=list(action[2]) if len(action) > 2 else [])
+            elif action and action[0] == "done":
+                self._status(task_vars, done=True)
+            self._show_progress(loop, now, opts, follower)
+            if loop.verdict in (SUCCESS, FAILED):
+                break
+            if loop.verdict == STOPPING:
+                loop.stop_started = loop.stop_started or time.time()
+                if time.time() - loop.stop_started > opts["stop_timeout"]:
+                    loop.reason = stop_overdue(loop.reason, opts["stop_timeout"])
+                    loop.verdict = FAILED
+                    break
+            time.sleep(opts["poll_interval"])
+
+    def _judge(self, task_vars, opts, follower, loop, now):
+        """This poll's verdict and reason (into ``loop``) and its action: the agents' records first, then the
+        backend's follower, the run's timeout and a stall."""
+        # The agents' start clock runs from when the backend's pods all run (an image pull may take
+        # minutes; a pod that cannot start is the follower's to name).
+        started = loop.t0 if follower is None else (loop.pods_up or time.time())
+        verdict, reason, action = decide(loop.status, opts["nodes"], opts["launchers"], now,
+                                         heartbeat_timeout=opts["heartbeat_timeout"],
+                                         start_timeout=opts["start_timeout"],
+                                         started_at=now - (time.time() - started), world_size=opts["world_size"])
+        if follower is not None and verdict == RUNNING and not action:
+            problems = follower.poll()
+            if loop.pods_up is None and follower.running():
+                loop.pods_up = time.time()
+            if problems:
+                verdict, reason, action = abort_for_pods(problems)
+        if opts["timeout"] and verdict == RUNNING and time.time() - loop.t0 > opts["timeout"]:
+            verdict, reason, action = abort_for_timeout(opts["timeout"])
+        stall = stalled(loop.status, now, now - (time.time() - loop.t0), opts["stall_timeout"],
+                        opts["startup_timeout"]) if verdict == RUNNING and not action else None
+        if stall:
+            # Whom to blame: a node the coordinator cannot reach any more comes first.
+            probe = self._status(task_vars, probe=opts["addresses"])["reachable"] if opts["addresses"] else {}
+            verdict, reason, action = abort_for_stall(stall, probe)
+        loop.verdict, loop.reason = verdict, reason
+        return action
+
+    @staticmethod
+    def _show_progress(loop, now, opts, follower):
+        """The progress line, every progress_interval while it changes, and once more with the verdict."""
+        every = opts["progress_interval"]
+        line = progress_line(loop.status, now, opts["total_steps"])
+        if follower is not None and loop.verdict in (RUNNING, STOPPING):
+            line = "%s; %s" % (line, follower.progress())
+        if time.time() - loop.last_print >= every or loop.verdict in (SUCCESS, FAILED):
+            if line != loop.last_line or time.time() - loop.last_print >= every:
+                display.display("[%s] %s" % (loop.host, line), color="cyan")
+                loop.last_print, loop.last_line = time.time(), line
+
+    def _stop_everywhere(self, task_vars, follower, loop, why):
+        """The watch was interrupted or failed: the switch writes ABORT at once, the backend's objects go, and the
+        ABORT record gets ``why``."""
+        # The open session writes ABORT at once; the module call below gives it the real reason when it
+        # gets there first (Ansible may end this process before it does).
+        self._release_switch(loop.switch or None, wait=2.0, reason=switch_line(why))
+        loop.switch = None
+        if follower is not None:
+            # The play ends here (its last steps do not run on Ctrl-C, and Ansible's main process may be gone
+            # before the module call below returns): the backend's objects go first, in a few API calls.
+            try:
+                deleted = follower.stop()
+                display.display("[%s] deleted %s" % (loop.host, ", ".join(deleted) or "nothing (kept)"), color="red")
+            except Exception as exc:  # pylint: disable=broad-except
+                display.display("[%s] could not delete the run's objects: %s" % (loop.host, exc), color="red")
+        try:
+            self._status(task_vars, abort=why)
+            display.display("[%s] stopped the run on every node: %s" % (loop.host, why), color="red")
+        except Exception:  # pylint: disable=broad-except
+            pass  # the agents also stop when the controller's lease expires
+
+    def _lost(self, task_vars, loop, addresses):
+        """The nodes the run lost: its abort record's; after a failure, also those the coordinator cannot reach."""
+        lost = list((loop.status.get("abort") or {}).get("lost") or [])
+        if loop.verdict == FAILED and addresses:
             # A rank that failed because its peer's node went away: the node the coordinator cannot reach is the
             # cause (the summary names it first).
             try:
-                lost = sorted(set(lost) | set(unreachable(self._status(task_vars, probe=addresses)["reachable"])))
+                probe = self._status(task_vars, probe=addresses)["reachable"]
+                lost = lost_nodes(loop.status.get("abort"), unreachable(probe))
             except RuntimeError:
                 pass
-        result.update(changed=True, status=verdict, reason=reason, nodes=status.get("nodes", {}), lost=lost,
-                      abort=status.get("abort"), ranks=status.get("ranks", {}),
-                      done_ranks=status.get("done_ranks", []), elapsed=time.time() - t0,
-                      follow=follower.record() if follower is not None else None)
-        return result
+        return lost
+
+
+class _Loop(object):
+    """What the watch carries from one poll to the next, and to its result."""
+
+    def __init__(self, t0, host):
+        self.t0 = t0
+        self.host = host
+        self.pods_up = None
+        self.last_print = 0.0
+        self.last_line = None
+        self.stop_started = None
+        self.reason = None
+        self.verdict = RUNNING
+        self.status = {}
+        self.switch = None

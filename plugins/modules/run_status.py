@@ -117,6 +117,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import rank_progress
 
 
 def _load(path):
@@ -156,48 +157,70 @@ def main():
     control = os.path.join(run_dir, "control")
     changed = False
     if not module.check_mode:
-        if not os.path.isdir(control):
-            os.makedirs(control)
-        if p["touch_lease"]:
-            with open(os.path.join(control, "lease"), "w") as fh:
-                fh.write("%f\n" % time.time())
-        abort_path = os.path.join(control, "ABORT")
-        if p["abort"] and not os.path.exists(abort_path):
-            with open(abort_path, "w") as fh:
-                json.dump({"reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"]}, fh)
-            changed = True
-        if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
-            with open(os.path.join(control, "DONE"), "w") as fh:
-                fh.write("%f\n" % time.time())
-            changed = True
+        changed = _write_control(p, control)
     if p["release"] and not module.check_mode:
-        # The run's checkpoint lock, given back when it holds this run's id.
-        holder = _load(p["release"]) or {}
-        if holder.get("run_id") == os.path.basename(run_dir.rstrip("/")):
-            os.remove(p["release"])
-            changed = True
-    nodes = {}
-    for path in glob.glob(os.path.join(run_dir, "nodes", "*.json")):
-        beat = _load(path)
-        if beat:
-            nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
-    ranks = {}
-    done = []
-    for path in glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl")):
-        rank = int(re.search(r"rank(\d+)\.jsonl$", path).group(1))
-        recs = _last_records(path)
-        steps = [r for r in recs if r.get("event") == "step"]
-        if steps:
-            ranks[str(rank)] = steps[-1]
-        elif recs:
-            ranks[str(rank)] = recs[-1]
-        if any(r.get("event") == "done" for r in recs):
-            done.append(rank)
+        changed = _release_lock(p["release"], run_dir) or changed
+    nodes = _read_nodes(run_dir)
+    ranks, done = _read_ranks(run_dir)
     logs = glob.glob(os.path.join(run_dir, "logs", "*.log"))
     logs_mtime = max([os.path.getmtime(x) for x in logs if os.path.exists(x)] or [0]) or None
     reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
     module.exit_json(changed=changed, nodes=nodes, abort=_load(os.path.join(control, "ABORT")), ranks=ranks,
                      done_ranks=sorted(done), now=time.time(), logs_mtime=logs_mtime, reachable=reachable)
+
+
+def _write_control(p, control):
+    """The controller's records in the run's control directory: its lease, the ABORT record (unless there is one)
+    and DONE; returns whether it wrote ABORT or DONE."""
+    changed = False
+    if not os.path.isdir(control):
+        os.makedirs(control)
+    if p["touch_lease"]:
+        with open(os.path.join(control, "lease"), "w") as fh:
+            fh.write("%f\n" % time.time())
+    abort_path = os.path.join(control, "ABORT")
+    if p["abort"] and not os.path.exists(abort_path):
+        with open(abort_path, "w") as fh:
+            json.dump({"reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"]}, fh)
+        changed = True
+    if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
+        with open(os.path.join(control, "DONE"), "w") as fh:
+            fh.write("%f\n" % time.time())
+        changed = True
+    return changed
+
+
+def _release_lock(lock, run_dir):
+    """The run's checkpoint lock, given back when it holds this run's id; returns whether it was."""
+    holder = _load(lock) or {}
+    if holder.get("run_id") == os.path.basename(run_dir.rstrip("/")):
+        os.remove(lock)
+        return True
+    return False
+
+
+def _read_nodes(run_dir):
+    """The agents' last heartbeats, by host."""
+    nodes = {}
+    for path in glob.glob(os.path.join(run_dir, "nodes", "*.json")):
+        beat = _load(path)
+        if beat:
+            nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
+    return nodes
+
+
+def _read_ranks(run_dir):
+    """Each rank's last record (``{"rank": record}``) and the ranks that wrote their done record."""
+    ranks = {}
+    done = []
+    for path in glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl")):
+        rank = int(re.search(r"rank(\d+)\.jsonl$", path).group(1))
+        last, finished = rank_progress(_last_records(path))
+        if last is not None:
+            ranks[str(rank)] = last
+        if finished:
+            done.append(rank)
+    return ranks, done
 
 
 def _reach(addr, port, timeout=2.0):

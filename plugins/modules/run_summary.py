@@ -146,11 +146,13 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import diagnose, first_failure
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
+    abort_host_first, diagnose, first_failure)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import build, parse
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_series
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
-    launcher_exit, mask_env, read_jsonl, summarize)
+    blame, hosts_by_log, launcher_exit, lost_nodes, node_report, rank_environment, rank_log_index, read_jsonl,
+    summarize)
 
 try:
     import matplotlib
@@ -231,105 +233,92 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    run_dir = p["run_dir"]
     if p["wall_time"] is None and p["started"] is not None:
         p["wall_time"] = max(0.0, time.time() - p["started"])
     if p["plots"] and not HAS_MATPLOTLIB:
         module.fail_json(msg=missing_required_lib("matplotlib"))
-    records = {}
+    run = _read_run(p["run_dir"])
+    _write_report(module, p, run, _summarize(p, run))
+
+
+def _read_json(path, unreadable):
+    """A JSON record the run left; None when there is none, ``unreadable`` when it is not JSON."""
+    if not os.path.exists(path):
+        return None
+    try:
+        return json.loads(_read(path))
+    except ValueError:
+        return unreadable
+
+
+def _read_run(run_dir):
+    """What the run left in its directory: the ranks' metrics, the agents' last heartbeats, the launchers' and
+    the ranks' logs, the hostfile's layout (and so each rank's host) and the ABORT record."""
+    run = {"records": {}, "nodes": {}, "launcher_logs": {}, "rank_logs": {}, "layout_hosts": [], "rank_host": {}}
     for path in sorted(glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl"))):
         m = re.search(r"rank(\d+)\.jsonl$", path)
-        records[int(m.group(1))] = read_jsonl(_read(path))
-    nodes = {}
+        run["records"][int(m.group(1))] = read_jsonl(_read(path))
     for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.json"))):
         try:
             beat = json.loads(_read(path))
         except ValueError:
             continue
-        nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
-    launcher_logs = {}
+        run["nodes"][beat.get("host") or os.path.basename(path)[:-5]] = beat
     if os.path.exists(os.path.join(run_dir, "nodes")):
         for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.launcher.log"))):
-            launcher_logs[os.path.basename(path)[:-len(".launcher.log")]] = _read(path)
-    rank_logs = {}
+            run["launcher_logs"][os.path.basename(path)[:-len(".launcher.log")]] = _read(path)
     for path in sorted(glob.glob(os.path.join(run_dir, "logs", "*_rank*.log"))):
         m = re.search(r"_rank(\d+)\.log$", path)
-        rank_logs[int(m.group(1))] = path
-    layout_hosts = []
+        run["rank_logs"][int(m.group(1))] = path
     if os.path.exists(os.path.join(run_dir, "hostfile")):
-        layout_hosts = build(parse(_read(os.path.join(run_dir, "hostfile"))))["hosts"]
-    rank_host = {}
-    for h in layout_hosts:
-        for local in range(h["slots"]):
-            rank_host[h["first_rank"] + local] = h["name"]
+        layout = build(parse(_read(os.path.join(run_dir, "hostfile"))))
+        run["layout_hosts"] = layout["hosts"]
+        run["rank_host"] = dict((r["rank"], r["host"]) for r in layout["ranks"])
+    run["abort"] = _read_json(os.path.join(run_dir, "control", "ABORT"), {"reason": "unreadable abort record"})
+    return run
 
+
+def _summarize(p, run):
+    """The run's summary: its metrics, then what failed first and why, the logs' diagnosis, the nodes, the ranks'
+    environment and the scheduler's record of the run."""
+    run_dir, nodes, rank_logs, abort = p["run_dir"], run["nodes"], run["rank_logs"], run["abort"]
     launcher_rc = p["launcher_rc"] if p["launcher_rc"] is not None else launcher_exit(nodes)
-    summary = summarize(p["run_id"], records, expected_world_size=p["world_size"], launcher_rc=launcher_rc,
+    summary = summarize(p["run_id"], run["records"], expected_world_size=p["world_size"], launcher_rc=launcher_rc,
                         wall_time=p["wall_time"], coordinator=p["coordinator"],
-                        launcher_log="\n".join(launcher_logs.values()), expect_metrics=p["expect_metrics"],
-                        rank_hosts=rank_host,
+                        launcher_log="\n".join(run["launcher_logs"].values()), expect_metrics=p["expect_metrics"],
+                        rank_hosts=run["rank_host"],
                         coordinator_machine=(nodes.get(p["coordinator"]) or {}).get("machine"))
-    abort = None
-    if os.path.exists(os.path.join(run_dir, "control", "ABORT")):
-        try:
-            abort = json.loads(_read(os.path.join(run_dir, "control", "ABORT")))
-        except ValueError:
-            abort = {"reason": "unreadable abort record"}
-    # Which rank failed first: the node that raised the abort is looked at first.
-    ordered = sorted(launcher_logs.items(), key=lambda kv: kv[0] != (abort or {}).get("host"))
-    failure = first_failure(dict(ordered), layout_hosts)
-    lost = sorted(set((abort or {}).get("lost") or []) | set(p["lost"]))
-    if failure is not None:
-        rank = failure.get("rank")
-        if rank is not None and rank in rank_logs:
-            failure["log"] = os.path.relpath(rank_logs[rank], run_dir)
-            failure["last_lines"] = name_peers(_tail(_read(rank_logs[rank])), p["addresses"])
-        summary["status"] = "failed"
-        if lost and failure.get("host") not in lost:
-            # A rank elsewhere failed because the lost node's ranks went away: a consequence, not the cause.
-            failure["consequence_of"] = lost
-            summary["problems"].insert(0, "rank %s on %s failed because its peer went away (exit code %s)" % (
-                rank, failure.get("host"), failure.get("exit_code")))
-        else:
-            summary["problems"].insert(0, "rank %s on %s exited with %s%s" % (
-                rank, failure.get("host"), failure.get("exit_code"),
-                " (%s)" % failure["signal"] if failure.get("signal") else ""))
-    if abort:
-        summary["status"] = "failed"
-        if lost:
-            summary["problems"].insert(0, "%s was lost: %s" % (", ".join(lost), abort.get("reason")))
-        elif failure is None:
-            summary["problems"].insert(0, "the run was aborted by %s: %s" % (abort.get("host"), abort.get("reason")))
+    failure = first_failure(abort_host_first(run["launcher_logs"], abort), run["layout_hosts"])
+    lost = lost_nodes(abort, p["lost"])
+    if failure is not None and failure.get("rank") is not None and failure["rank"] in rank_logs:
+        failure["log"] = os.path.relpath(rank_logs[failure["rank"]], run_dir)
+        failure["last_lines"] = name_peers(_tail(_read(rank_logs[failure["rank"]])), p["addresses"])
+    blame(summary, failure, abort, lost)
     summary["lost"] = lost
-    texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in launcher_logs.items())
+    texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in run["launcher_logs"].items())
     texts.update(("logs/" + os.path.basename(path), _read(path)) for path in rank_logs.values())
     summary["diagnosis"] = diagnose(texts, dict((h, b.get("versions") or {}) for h, b in nodes.items()))
     summary["failure"] = failure
     summary["abort"] = abort
-    summary["versions"] = dict((h, b.get("versions")) for h, b in sorted(nodes.items()))
-    summary["nodes"] = dict((h, {"role": b.get("role"), "state": b.get("state"), "exit_code": b.get("exit_code"),
-                                 "reason": b.get("reason"), "left_pids": b.get("pids")})
-                            for h, b in sorted(nodes.items()))
-    summary["rank_logs"] = dict((str(r), {"host": rank_host.get(r), "log": os.path.relpath(path, run_dir)})
-                                for r, path in sorted(rank_logs.items()))
-    env = {}
+    summary.update(node_report(nodes))
+    summary["rank_logs"] = rank_log_index(rank_logs, run["rank_host"], run_dir)
     # The ranks' whole environment (rank.env; a run from before it had only .deepspeed_env).
     env_file = os.path.join(run_dir, "rank.env")
-    for line in _read(env_file if os.path.exists(env_file) else os.path.join(run_dir, ".deepspeed_env")).splitlines():
-        if "=" in line:
-            key, value = line.split("=", 1)
-            env[key] = value
-    summary["environment"] = mask_env(env)
+    summary["environment"] = rank_environment(_read(env_file if os.path.exists(env_file) else os.path.join(
+        run_dir, ".deepspeed_env")))
     # A scheduler's record of the run (the slurm backend: job id, state, exit code, elapsed, nodes).
-    if os.path.exists(os.path.join(run_dir, "scheduler.json")):
-        try:
-            summary["scheduler"] = json.loads(_read(os.path.join(run_dir, "scheduler.json")))
-        except ValueError:
-            summary["scheduler"] = {"error": "unreadable scheduler.json"}
+    scheduler = os.path.join(run_dir, "scheduler.json")
+    if os.path.exists(scheduler):
+        summary["scheduler"] = _read_json(scheduler, {"error": "unreadable scheduler.json"})
     if not summary["hosts"] and rank_logs:
-        for r in sorted(rank_logs):
-            summary["hosts"].setdefault(rank_host.get(r), []).append(r)
+        summary["hosts"] = hosts_by_log(rank_logs, run["rank_host"])
     summary.update(p["extra"])
+    return summary
+
+
+def _write_report(module, p, run, summary):
+    """summary.json, the plots and report.md in the run directory (nothing in check mode), and the module's result."""
+    run_dir = p["run_dir"]
     out = os.path.join(run_dir, "summary.json")
     text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
     changed = not os.path.exists(out) or _read(out) != text
@@ -338,7 +327,7 @@ def main():
         with open(out, "w") as fh:
             fh.write(text)
         if p["plots"]:
-            plots = plot_series(records, rank_host, os.path.join(run_dir, "plots"))
+            plots = plot_series(run["records"], run["rank_host"], os.path.join(run_dir, "plots"))
         with open(os.path.join(run_dir, "report.md"), "w") as fh:
             fh.write(markdown(summary, [os.path.relpath(x, run_dir) for x in plots]))
     report = os.path.join(run_dir, "report.md")

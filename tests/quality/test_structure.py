@@ -39,7 +39,7 @@ def test_long_functions_are_found(tmp_path):
     """The measure itself: a 61-line function is listed, a 60-line one is not."""
     body = "\n".join("    x%d = %d" % (i, i) for i in range(59))
     (tmp_path / "a.py").write_text("def short():\n%s\n\n\ndef long():\n%s\n    x = 0\n" % (body, body))
-    assert [(name, lines) for _, name, lines in long_functions([tmp_path / "a.py"], 60, tmp_path)] == [("long", 61)]
+    assert [(name, lines) for _where, name, lines in long_functions([tmp_path / "a.py"], 60, tmp_path)] == [("long", 61)]
 
 
 def test_no_function_longer_than_a_screen():

@@ -152,3 +152,9 @@ def first_failure(lines_by_host, layout_hosts):
                 "line": line.strip()[-400:],
             }
     return None
+
+
+def abort_host_first(launcher_logs, abort):
+    """The launchers' logs (``{host: text}``) in the order first_failure reads them: the node that raised the
+    abort (``abort``: the ABORT record, or None) first, the others in their order."""
+    return dict(sorted(launcher_logs.items(), key=lambda kv: kv[0] != (abort or {}).get("host")))

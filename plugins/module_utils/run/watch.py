@@ -72,6 +72,61 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
     return RUNNING, None, None
 
 
+def watch_options(args):
+    """The watch's settings from its task's arguments, with their defaults: the nodes, the launchers' nodes and the
+    world size it expects, the steps it counts to, and its periods and limits in seconds (a stall_timeout of 0
+    or none: the ranks' step time decides; a timeout of 0: none)."""
+    world_size = args.get("world_size")
+    return {
+        "nodes": list(args["nodes"]),
+        "launchers": list(args["launchers"]),
+        "world_size": int(world_size) if world_size not in (None, "") else None,
+        "total_steps": args.get("total_steps"),
+        "poll_interval": float(args.get("poll_interval", 2)),
+        "progress_interval": float(args.get("progress_interval", 10)),
+        "heartbeat_timeout": float(args.get("heartbeat_timeout", 20)),
+        "start_timeout": float(args.get("start_timeout", 120)),
+        "stop_timeout": float(args.get("stop_timeout", 60)),
+        "timeout": float(args.get("timeout", 0) or 0),
+        "stall_timeout": float(args.get("stall_timeout") or 0) or None,
+        "startup_timeout": float(args.get("startup_timeout") or 300),
+        "addresses": dict(args.get("addresses") or {}),
+    }
+
+
+def abort_for_pods(problems):
+    """The verdict when the backend's follower found ``problems`` (``[(host, message, lost)]``): stop the run, the
+    hosts of the lost ones named as lost."""
+    reason = "; ".join(msg for _host, msg, _lost in problems)
+    return STOPPING, reason, ("abort", reason, [h for h, _msg, lost in problems if lost and h])
+
+
+def abort_for_timeout(timeout):
+    """The verdict when the run ran past its ``timeout``."""
+    reason = "the run exceeded its timeout of %.0fs" % timeout
+    return STOPPING, reason, ("abort", reason)
+
+
+def abort_for_stall(stall, reachable):
+    """The verdict when the run stalled (``stall``: from stalled): stop it, the nodes the coordinator cannot reach
+    (``reachable``: run_status's probe) named first and lost."""
+    reason = blame_stall(stall, reachable)
+    return STOPPING, reason, ("abort", reason, unreachable(reachable))
+
+
+def stop_overdue(reason, stop_timeout):
+    """The failure's reason when the nodes did not stop within ``stop_timeout`` after an abort."""
+    return "%s; nodes still not stopped after %.0fs" % (reason, stop_timeout)
+
+
+def rank_progress(records):
+    """What the watch reads of a rank's last metrics records: the record it shows (the last step, else the last
+    record; None without any) and whether the rank wrote its done record."""
+    steps = [r for r in records if r.get("event") == "step"]
+    last = steps[-1] if steps else (records[-1] if records else None)
+    return last, any(r.get("event") == "done" for r in records)
+
+
 def stall_limit(ranks, stall_timeout=None, floor=45.0, factor=10.0):
     """Seconds without a finished step that make a run stalled: ``stall_timeout`` when given, else ``factor``
     times the median step time the ranks report, at least ``floor`` (a checkpoint save or an evaluation takes
@@ -195,6 +250,19 @@ def ignore_signals(previous):
     """While cleaning up after an interruption: a second Ctrl-C does not cut the cleanup short."""
     for sig in previous:
         signal.signal(sig, signal.SIG_IGN)
+
+
+def interruption_reason(exc):
+    """Why the watch stops the run when ``exc`` ended its loop: an interruption on the controller, or its own
+    failure."""
+    return ("interrupted on the controller" if isinstance(exc, (KeyboardInterrupt, Interrupted))
+            else "the controller's watch failed: %s" % exc)
+
+
+def switch_line(reason):
+    """``reason`` as the one line the dead man's switch writes into the ABORT record: its first line, without
+    double quotes (the record is JSON that a shell printf writes), at most 300 characters."""
+    return reason.splitlines()[0].replace('"', "'")[:300]
 
 
 def restore_signals(previous):

@@ -1,0 +1,76 @@
+"""When the agent ends a run on its node, and why: the launcher's failure and a failed rank abort the run
+everywhere; an ABORT, a stale lease, the run's timeout or the run's end stop the agent's loop."""
+import json
+import os
+import time
+
+from multinode_ds import agent
+
+
+def make(tmp_path, *argv):
+    run_dir = tmp_path / "runs" / "run-e"
+    (run_dir / "control").mkdir(parents=True)
+    (run_dir / "nodes").mkdir()
+    (run_dir / "control" / "lease").write_text("%f\n" % time.time())
+    return agent.Agent(agent.parse_args(["--run-dir", str(run_dir), "--host", "n1", *argv]))
+
+
+def abort_record(a):
+    with open(a.control / "ABORT") as fh:
+        record = json.load(fh)
+    record.pop("time")
+    return record
+
+
+def test_a_watcher_goes_on_until_done_and_its_processes_are_gone(tmp_path):
+    a = make(tmp_path)
+    assert a.end_reason(None, []) is None
+    (a.control / "DONE").write_text("1\n")
+    assert a.end_reason(None, [4242]) is None
+    assert a.end_reason(None, []) == "finished"
+
+
+def test_a_launcher_ends_when_it_exited_and_left_no_process(tmp_path):
+    a = make(tmp_path, "--", "true")
+    a.child = object()  # started
+    assert a.end_reason(None, []) is None
+    assert a.end_reason(0, [4242]) is None
+    assert a.end_reason(0, []) == "finished"
+
+
+def test_an_abort_record_ends_it_first(tmp_path):
+    a = make(tmp_path)
+    (a.control / "DONE").write_text("1\n")
+    (a.control / "ABORT").write_text('{"reason": "a rank on n2 exited with -9"}')
+    assert a.end_reason(None, []) == "aborted"
+
+
+def test_a_stale_lease_aborts_the_run(tmp_path):
+    a = make(tmp_path, "--lease-timeout", "30")
+    os.utime(a.control / "lease", (time.time() - 60, time.time() - 60))
+    assert a.end_reason(None, []) == "the controller stopped watching (lease expired)"
+    assert abort_record(a) == {"reason": "the controller stopped watching (lease expired)", "host": "n1"}
+
+
+def test_the_runs_timeout_aborts_the_run(tmp_path):
+    a = make(tmp_path, "--max-time", "600")
+    a.started -= 601
+    assert a.end_reason(None, []) == "the run exceeded its timeout of 600s"
+    assert abort_record(a) == {"reason": "the run exceeded its timeout of 600s", "host": "n1"}
+
+
+def test_a_failed_launcher_aborts_the_run_once(tmp_path):
+    a = make(tmp_path, "--", "true")
+    a.note_failure(3)
+    a.note_failure(5)
+    assert a.state["exit_code"] == 3
+    assert abort_record(a) == {"reason": "the launcher on n1 exited with 3", "host": "n1", "exit_code": 3}
+
+
+def test_a_failed_rank_in_the_launchers_log_aborts_the_run(tmp_path):
+    a = make(tmp_path, "--", "true")
+    line = "[ERROR] [launch.py:259:sigkill_handler] ['python', '--local_rank=1'] exits with return code = -9"
+    a.log_path.write_text("rank 1 step 3\n%s\n" % line)
+    a.note_failure(None)
+    assert a.state["exit_code"] is None and a.state["failed_line"] == line
+    assert abort_record(a) == {"reason": "a rank on n1 exited with -9", "host": "n1", "exit_code": -9, "line": line}

@@ -1,0 +1,62 @@
+"""run_status: the controller's records in the run's control directory, the lock it gives back, and what it reads of
+the agents' heartbeats and the ranks' metrics."""
+import json
+
+from ansible_collections.multinode.deepspeed.plugins.modules import run_status
+
+
+def run_dir(tmp_path):
+    d = tmp_path / "runs" / "r1"
+    (d / "nodes").mkdir(parents=True)
+    (d / "metrics").mkdir()
+    (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": "running", "time": 5.0}))
+    (d / "nodes" / "w2.json").write_text(json.dumps({"state": "finished", "time": 6.0}))
+    (d / "nodes" / "w3.json").write_text('{"host": "w3", "sta')
+    recs = [{"event": "start", "rank": 0}, {"event": "step", "step": 1}, {"event": "step", "step": 2},
+            {"event": "done", "rank": 0}]
+    (d / "metrics" / "rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "metrics" / "rank1.jsonl").write_text('{"event": "start", "rank": 1}\n{"event": "st')
+    (d / "metrics" / "rank2.jsonl").write_text("")
+    return d
+
+
+def test_what_it_reads_of_the_run(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    res = run_module(run_status, {"run_dir": str(d)})
+    assert res["changed"] is False and res["abort"] is None
+    assert res["nodes"] == {"w1": {"host": "w1", "state": "running", "time": 5.0},
+                            "w2": {"state": "finished", "time": 6.0}}
+    assert res["ranks"] == {"0": {"event": "step", "step": 2}, "1": {"event": "start", "rank": 1}}
+    assert res["done_ranks"] == [0] and res["logs_mtime"] is None and res["reachable"] == {}
+
+
+def test_the_first_abort_stays_and_done_is_written_once(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    res = run_module(run_status, {"run_dir": str(d), "touch_lease": True, "abort": "node w2 lost", "lost": ["w2"]})
+    assert res["changed"] is True and (d / "control" / "lease").exists()
+    abort = res["abort"]
+    assert (abort["reason"], abort["host"], abort["lost"]) == ("node w2 lost", "controller", ["w2"])
+    res = run_module(run_status, {"run_dir": str(d), "abort": "interrupted on the controller"})
+    assert res["changed"] is False and res["abort"]["reason"] == "node w2 lost"
+    assert run_module(run_status, {"run_dir": str(d), "done": True})["changed"] is True
+    assert run_module(run_status, {"run_dir": str(d), "done": True})["changed"] is False
+
+
+def test_check_mode_writes_nothing(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    lock = tmp_path / "lock"
+    lock.write_text(json.dumps({"run_id": "r1"}))
+    res = run_module(run_status, {"run_dir": str(d), "abort": "x", "touch_lease": True, "release": str(lock),
+                                  "_ansible_check_mode": True})
+    assert res["changed"] is False and not (d / "control").exists() and lock.exists()
+
+
+def test_the_lock_is_given_back_only_by_its_run(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    lock = tmp_path / "lock"
+    lock.write_text(json.dumps({"run_id": "r0"}))
+    assert run_module(run_status, {"run_dir": str(d), "release": str(lock)})["changed"] is False
+    assert lock.exists()
+    lock.write_text(json.dumps({"run_id": "r1"}))
+    assert run_module(run_status, {"run_dir": str(d) + "/", "release": str(lock)})["changed"] is True
+    assert not lock.exists()

@@ -1,0 +1,99 @@
+"""The watch's loop (plugins/action/watch.py) over a scripted run: its verdict and result, the records it writes
+through run_status, and its cleanup when it is interrupted."""
+import signal
+import time
+from unittest.mock import MagicMock
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar
+
+from ansible_collections.multinode.deepspeed.plugins.action import watch
+
+NODES = ["coord", "w1", "w2"]
+
+
+def beat(state="running", age=0.0, role="watcher", exit_code=None):
+    return {"state": state, "time": time.time() - age, "role": role, "exit_code": exit_code}
+
+
+def poll(**beats):
+    """One poll's heartbeats: every node running, unless ``beats`` gives a node's arguments to beat()."""
+    def nodes():
+        return dict((h, beat(**beats.get(h, {}))) for h in NODES)
+    return nodes
+
+
+class Run(object):
+    """run_status, scripted: one status per poll (the last one repeats); abort/done/release/probe recorded."""
+
+    def __init__(self, polls, unreachable=(), interrupt_at=None):
+        self.polls, self.unreachable, self.interrupt_at = polls, unreachable, interrupt_at
+        self.calls, self.abort, self.n = [], None, 0
+
+    def __call__(self, task_vars, **kw):
+        self.calls.append(kw)
+        if "probe" in kw:
+            return {"reachable": dict((h, {"ok": h not in self.unreachable, "error": "No route to host"})
+                                      for h in kw["probe"])}
+        if kw.get("abort") and self.abort is None:
+            self.abort = {"reason": kw["abort"], "host": "controller", "lost": kw.get("lost", [])}
+        if not kw:
+            self.n += 1
+            if self.n == self.interrupt_at:
+                raise KeyboardInterrupt()
+        nodes = self.polls[min(self.n, len(self.polls)) - 1]()
+        return {"nodes": nodes, "abort": self.abort, "ranks": {}, "done_ranks": [0, 1], "now": time.time()}
+
+
+def plugin(run, **args):
+    task = MagicMock()
+    task.args = dict({"run_dir": "/shared/runs/r1", "nodes": NODES, "launchers": ["coord"], "world_size": 2,
+                      "poll_interval": 0, "lock": "/shared/locks/ckpt"}, **args)
+    task.async_val = 0
+    task.check_mode = False
+    task.diff = False
+    task.action = "multinode.deepspeed.watch"
+    module = watch.ActionModule(task, MagicMock(), MagicMock(), loader=DataLoader(),
+                                templar=Templar(loader=DataLoader(), variables={}), shared_loader_obj=None)
+    module._status = run
+    return module
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    lines = []
+    monkeypatch.setattr(watch, "display", MagicMock(display=lambda msg, color=None: lines.append(msg)))
+    return lines
+
+
+def test_a_run_that_ends_well(shown):
+    launched = {"state": "finished", "role": "launcher", "exit_code": 0}
+    run = Run([poll(), poll(coord=launched), poll(coord=launched, w1={"state": "finished"}, w2={"state": "finished"})])
+    result = plugin(run).run(task_vars={"inventory_hostname": "coord"})
+    assert (result["status"], result["reason"], result["lost"], result["abort"]) == ("success", None, [], None)
+    assert result["done_ranks"] == [0, 1] and result["follow"] is None
+    assert [c for c in run.calls if c] == [{"done": True}, {"release": "/shared/locks/ckpt"}]
+    assert shown[0].startswith("[coord] starting | nodes: coord running 0s")
+
+
+def test_a_silent_node_is_stopped_and_named_lost(shown):
+    stopped = poll(coord={"state": "aborted"}, w1={"state": "aborted"}, w2={"age": 31})
+    run = Run([poll(w2={"age": 30}), stopped], unreachable=("w1", "w2"))
+    result = plugin(run, addresses={"w1": "10.0.0.1", "w2": "10.0.0.2"}).run(task_vars={"inventory_hostname": "coord"})
+    assert result["status"] == "failed" and result["reason"] == "node w2 stopped answering (no heartbeat for 30s)"
+    # The abort record names w2; the probe after the failure adds the node the coordinator cannot reach either.
+    assert result["abort"]["lost"] == ["w2"] and result["lost"] == ["w1", "w2"]
+    assert run.calls[1] == {"abort": "node w2 stopped answering (no heartbeat for 30s)", "lost": ["w2"]}
+    assert "[coord] stopping the run on every node: node w2 stopped answering (no heartbeat for 30s)" in shown
+
+
+def test_an_interrupted_watch_stops_the_run_and_gives_the_lock_back(shown):
+    before = signal.getsignal(signal.SIGINT)
+    run = Run([poll()], interrupt_at=2)
+    with pytest.raises(KeyboardInterrupt):
+        plugin(run).run(task_vars={"inventory_hostname": "coord"})
+    assert [c for c in run.calls if c] == [{"abort": "interrupted on the controller"},
+                                           {"release": "/shared/locks/ckpt"}]
+    assert shown[-1] == "[coord] stopped the run on every node: interrupted on the controller"
+    assert signal.getsignal(signal.SIGINT) == before
