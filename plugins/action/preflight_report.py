@@ -12,7 +12,8 @@ __metaclass__ = type
 import os
 
 from ansible.plugins.action import ActionBase
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import PreflightError, gather
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import gather
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import PreflightError
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.report import judge_and_write
 
 

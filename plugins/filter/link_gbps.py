@@ -41,7 +41,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import node_link_gbps
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import node_link_gbps
 
 
 def link_gbps(fabric, node):

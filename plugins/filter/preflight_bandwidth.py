@@ -60,7 +60,8 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import PreflightError, judge_bandwidth
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import judge_bandwidth
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import PreflightError
 
 
 def preflight_bandwidth(test, nodes, profile, backend, link_gbps=None, fractions=None):

@@ -47,7 +47,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import retest_needed
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import retest_needed
 
 
 def preflight_retest(job, hostvars, link_gbps=None, fractions=None):

@@ -130,7 +130,7 @@ path:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import PreflightError
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import PreflightError
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.report import judge_and_write
 
 

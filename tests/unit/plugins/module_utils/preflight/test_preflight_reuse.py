@@ -1,12 +1,15 @@
 """Preflight's settings check, the reuse of a passing preflight, and ``gather`` from the nodes' variables
-(module_utils/preflight/evaluate.py), on a job planned by module_utils/plan/job.py."""
+(module_utils/preflight/evaluate.py; the all-reduce test's result and retest in bandwidth.py, the version
+table in versions.py), on a job planned by module_utils/plan/job.py."""
 import copy
 import datetime
 import json
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import evaluate as preflight
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import bandwidth_test, retest_needed
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import DEFAULTS, check_settings, evaluate, gather, reuse_key, reuse_verdict
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.versions import version_table
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import plan
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
@@ -99,11 +102,11 @@ def nodevars(job, listen_rc=0, bw=True):
 # --------------------------------------------------------------------------- check_settings
 
 def test_check_settings_good_defaults_give_nothing():
-    assert preflight.check_settings({}) == []
-    assert preflight.check_settings(dict(ROLE_SETTINGS)) == []
-    assert preflight.check_settings(dict(preflight.DEFAULTS, max_bytes=65536, bandwidth_timeout=10)) == []
-    assert preflight.check_settings({"link_gbps": "100", "bandwidth_fraction": {"ib": "0.6", "gloo": 1},
-                                     "max_bytes": "1073741824"}) == []
+    assert check_settings({}) == []
+    assert check_settings(dict(ROLE_SETTINGS)) == []
+    assert check_settings(dict(DEFAULTS, max_bytes=65536, bandwidth_timeout=10)) == []
+    assert check_settings({"link_gbps": "100", "bandwidth_fraction": {"ib": "0.6", "gloo": 1},
+                           "max_bytes": "1073741824"}) == []
 
 
 @pytest.mark.parametrize("key, value, variable", [
@@ -125,14 +128,14 @@ def test_check_settings_good_defaults_give_nothing():
 def test_check_settings_each_bad_value_is_named(key, value, variable):
     settings = dict(ROLE_SETTINGS)
     settings[key] = value
-    problems = preflight.check_settings(settings)
+    problems = check_settings(settings)
     assert len(problems) == 1, problems
     assert problems[0].startswith(variable), problems
 
 
 def test_check_settings_reports_every_problem_at_once():
-    problems = preflight.check_settings({"max_clock_skew": -3, "link_gbps": 0, "max_bytes": 100,
-                                         "bandwidth_timeout": 5, "bandwidth_fraction": {"tcp": 1.5, "xyz": 0.1}})
+    problems = check_settings({"max_clock_skew": -3, "link_gbps": 0, "max_bytes": 100,
+                               "bandwidth_timeout": 5, "bandwidth_fraction": {"tcp": 1.5, "xyz": 0.1}})
     assert len(problems) == 6
     joined = " ".join(problems)
     for var in ("preflight_max_clock_skew", "preflight_link_gbps", "preflight_max_bytes",
@@ -145,9 +148,9 @@ def test_check_settings_reports_every_problem_at_once():
 def test_reuse_key_is_stable_for_the_same_inputs():
     job = cpu_job()
     hv = nodevars(job)
-    key = preflight.reuse_key(job, hv, ROLE_SETTINGS)
+    key = reuse_key(job, hv, ROLE_SETTINGS)
     assert len(key) == 24 and int(key, 16) >= 0
-    assert preflight.reuse_key(copy.deepcopy(job), copy.deepcopy(hv), dict(ROLE_SETTINGS)) == key
+    assert reuse_key(copy.deepcopy(job), copy.deepcopy(hv), dict(ROLE_SETTINGS)) == key
 
 
 @pytest.mark.parametrize("change", [
@@ -166,18 +169,18 @@ def test_reuse_key_is_stable_for_the_same_inputs():
 def test_reuse_key_changes_with_what_was_checked(change):
     job, settings = cpu_job(), dict(ROLE_SETTINGS)
     hv = nodevars(job)
-    before = preflight.reuse_key(job, hv, settings)
+    before = reuse_key(job, hv, settings)
     change(job, hv, settings)
-    assert preflight.reuse_key(job, hv, settings) != before
+    assert reuse_key(job, hv, settings) != before
 
 
 def test_reuse_key_changes_with_the_planned_master_port_and_slots():
-    base = preflight.reuse_key(cpu_job(), nodevars(cpu_job()), ROLE_SETTINGS)
+    base = reuse_key(cpu_job(), nodevars(cpu_job()), ROLE_SETTINGS)
     other_port = cpu_job(master_port=29501)
-    assert preflight.reuse_key(other_port, nodevars(other_port), ROLE_SETTINGS) != base
+    assert reuse_key(other_port, nodevars(other_port), ROLE_SETTINGS) != base
     workers = {"worker1": worker(ADDR["worker1"], slots=2), "worker2": worker(ADDR["worker2"])}
     two_slots = plan({}, workers, ["coord"], NOW)
-    assert preflight.reuse_key(two_slots, nodevars(two_slots), ROLE_SETTINGS) != base
+    assert reuse_key(two_slots, nodevars(two_slots), ROLE_SETTINGS) != base
 
 
 def test_reuse_key_ignores_the_run_id_and_run_dir():
@@ -186,18 +189,18 @@ def test_reuse_key_ignores_the_run_id_and_run_dir():
     assert first["env"]["MULTINODE_DS_RUN_ID"] != second["env"]["MULTINODE_DS_RUN_ID"]
     assert first["env"]["MULTINODE_DS_RUN_DIR"] != second["env"]["MULTINODE_DS_RUN_DIR"]
     hv = nodevars(first)
-    assert preflight.reuse_key(first, hv, ROLE_SETTINGS) == preflight.reuse_key(second, hv, ROLE_SETTINGS)
+    assert reuse_key(first, hv, ROLE_SETTINGS) == reuse_key(second, hv, ROLE_SETTINGS)
     # Only those two variables of the environment are the run's own.
     edited = copy.deepcopy(first)
     edited["env"].update(MULTINODE_DS_RUN_ID="x", MULTINODE_DS_RUN_DIR="/elsewhere", HF_TOKEN_PATH="/t")
     edited["run_id"], edited["run_dir"] = "x", "/elsewhere"
-    assert preflight.reuse_key(edited, hv, ROLE_SETTINGS) == preflight.reuse_key(first, hv, ROLE_SETTINGS)
+    assert reuse_key(edited, hv, ROLE_SETTINGS) == reuse_key(first, hv, ROLE_SETTINGS)
 
 
 def test_reuse_key_empty_settings_equal_no_settings():
     job = cpu_job()
     hv = nodevars(job)
-    assert preflight.reuse_key(job, hv, {"link_gbps": "", "max_bytes": None}) == preflight.reuse_key(job, hv)
+    assert reuse_key(job, hv, {"link_gbps": "", "max_bytes": None}) == reuse_key(job, hv)
 
 
 # --------------------------------------------------------------------------- reuse_verdict
@@ -220,16 +223,16 @@ def record(**kw):
     (record(), T0 - 30, "-30 s old"),
 ])
 def test_reuse_verdict_refuses(rec, now, why):
-    reuse, reason = preflight.reuse_verdict(rec, KEY, now, 3600)
+    reuse, reason = reuse_verdict(rec, KEY, now, 3600)
     assert reuse is False and why in reason
 
 
 def test_reuse_verdict_fresh_pass_is_reused_naming_the_run():
-    reuse, reason = preflight.reuse_verdict(record(), KEY, T0 + 120, "3600")
+    reuse, reason = reuse_verdict(record(), KEY, T0 + 120, "3600")
     assert reuse is True
     assert "120 s ago" in reason and "preflight-20260101-000000" in reason
     # Exactly at the age limit still counts.
-    assert preflight.reuse_verdict(record(), KEY, T0 + 3600, 3600)[0] is True
+    assert reuse_verdict(record(), KEY, T0 + 3600, 3600)[0] is True
 
 
 # --------------------------------------------------------------------------- version_table
@@ -238,7 +241,7 @@ def test_version_table():
     versions = {"coord": dict(STACK), "w1": dict(STACK, torch="2.13.0+cu126", cuda="12.6"),
                 "w2": {"error": "no venv"}}
     gpus = {"w1": {"count": 2, "names": ["H100", "H100"]}, "coord": {"count": 0}}
-    lines = preflight.version_table(["coord", "w1", "w2"], versions, gpus, ["w1", "w2"]).splitlines()
+    lines = version_table(["coord", "w1", "w2"], versions, gpus, ["w1", "w2"]).splitlines()
     assert lines[0].split() == ["host", "role", "gpus", "python", "torch", "cuda", "nccl", "deepspeed",
                                 "transformers", "trainer"]
     assert lines[1].split()[:4] == ["coord", "coord", "-", "3.11.2"]
@@ -254,7 +257,7 @@ def test_bandwidth_test_names_the_failed_node_with_its_last_stderr_lines():
     results = {"worker1": bw_ok(raw_result()),
                "worker2": {"rc": 1, "stdout": "", "stderr": stderr},
                "worker3": {"failed": True, "msg": "async task did not complete within the requested time"}}
-    test = preflight.bandwidth_test("ib", results, "worker1")
+    test = bandwidth_test("ib", results, "worker1")
     assert test["ok"] is False and test["label"] == "ib"
     assert "worker2: NCCL WARN x | DistBackendError | Timeout after 120 s" in test["error"]
     assert "line2" not in test["error"]
@@ -265,7 +268,7 @@ def test_bandwidth_test_names_the_failed_node_with_its_last_stderr_lines():
 
 
 def test_bandwidth_test_exit_code_without_stderr():
-    test = preflight.bandwidth_test("tcp", {"w1": {"rc": 137, "stdout": "", "stderr": ""}}, "w1")
+    test = bandwidth_test("tcp", {"w1": {"rc": 137, "stdout": "", "stderr": ""}}, "w1")
     assert test["ok"] is False and test["error"] == "w1: exit 137" and test["raw"] is None
 
 
@@ -274,17 +277,17 @@ def test_bandwidth_test_reads_the_masters_last_result_line():
     stdout = "ALLREDUCE_RESULT " + json.dumps(first) + "\nnoise\nALLREDUCE_RESULT " + json.dumps(last) + "\ntrailer"
     results = {"w1": {"rc": 0, "stdout": stdout, "stderr": ""},
                "w2": {"rc": 0, "stdout": "ALLREDUCE_RESULT " + json.dumps({"world_size": 99}), "stderr": ""}}
-    test = preflight.bandwidth_test("tcp", results, "w1")
+    test = bandwidth_test("tcp", results, "w1")
     assert test == {"label": "tcp", "ok": True, "error": "", "raw": last}
     # The other node's line is not the result: only the master's counts.
-    assert preflight.bandwidth_test("tcp", results, "w2")["raw"] == {"world_size": 99}
+    assert bandwidth_test("tcp", results, "w2")["raw"] == {"world_size": 99}
 
 
 def test_bandwidth_test_bad_json_gives_no_raw():
     results = {"w1": {"rc": 0, "stdout": "ALLREDUCE_RESULT {\"world_size\": 2, broken", "stderr": ""}}
-    test = preflight.bandwidth_test("tcp", results, "w1")
+    test = bandwidth_test("tcp", results, "w1")
     assert test["ok"] is True and test["raw"] is None
-    assert preflight.bandwidth_test("tcp", {"w1": {"rc": 0, "stdout": "no result"}}, "w1")["raw"] is None
+    assert bandwidth_test("tcp", {"w1": {"rc": 0, "stdout": "no result"}}, "w1")["raw"] is None
 
 
 # --------------------------------------------------------------------------- gather, then evaluate
@@ -292,7 +295,7 @@ def test_bandwidth_test_bad_json_gives_no_raw():
 def test_gather_from_the_nodes_variables():
     job = cpu_job()
     assert job["master"] == "worker1" and job["rank_hosts"] == ["worker1", "worker2"]
-    data = preflight.gather(job, nodevars(job), ["worker1", "worker2"])
+    data = gather(job, nodevars(job), ["worker1", "worker2"])
     assert data["port"] == {"listener": {"rc": 0, "msg": ""},
                             "probes": {"worker1": {"rc": 0, "msg": "", "seconds": 0.01},
                                        "worker2": {"rc": 0, "msg": "", "seconds": 0.01}}}
@@ -314,7 +317,7 @@ def test_gather_from_the_nodes_variables():
 
 def test_gather_then_evaluate_passes_the_master_port():
     job = cpu_job()
-    report = preflight.evaluate(preflight.gather(job, nodevars(job), ["worker1", "worker2"]), ROLE_SETTINGS)
+    report = evaluate(gather(job, nodevars(job), ["worker1", "worker2"]), ROLE_SETTINGS)
     port = [(v["host"], v["status"]) for v in report["verdicts"] if v["check"] == "master_port"]
     assert port == [("worker1", "pass"), ("worker1", "pass"), ("worker2", "pass")]
     bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"]
@@ -325,10 +328,10 @@ def test_gather_then_evaluate_passes_the_master_port():
 
 def test_gather_with_the_master_port_taken():
     job = cpu_job()
-    data = preflight.gather(job, nodevars(job, listen_rc=1, bw=False), ["worker1", "worker2"])
+    data = gather(job, nodevars(job, listen_rc=1, bw=False), ["worker1", "worker2"])
     assert data["port"]["listener"] == {"rc": 1, "msg": "port 29500 is not free: Address already in use"}
     assert data["bandwidth"] == {"primary": None, "fallback": None}
-    report = preflight.evaluate(data, ROLE_SETTINGS)
+    report = evaluate(data, ROLE_SETTINGS)
     port = [v for v in report["verdicts"] if v["check"] == "master_port"]
     assert [(v["host"], v["status"]) for v in port] == [("worker1", "fail")]
     assert "not free" in port[0]["detail"] and "master_port" in port[0]["fix"]
@@ -342,13 +345,13 @@ def test_gather_a_silent_node_and_a_missing_listener():
     hv = nodevars(job)
     del hv["worker1"]["preflight_probe"]["listen"]
     del hv["worker2"]
-    data = preflight.gather(job, hv)
+    data = gather(job, hv)
     assert "port" not in data
     assert data["versions"]["worker2"] == {"error": "the node did not answer"}
     assert "worker2" not in data["probes"]
     # Only the nodes that left a result are read: the master's result stands.
     assert data["bandwidth"]["primary"]["ok"] is True
-    report = preflight.evaluate(data)
+    report = evaluate(data)
     assert ("probe", "worker2") in [(v["check"], v["host"]) for v in report["verdicts"] if v["status"] == "fail"]
 
 
@@ -368,13 +371,13 @@ def test_retest_needed_cpu_never():
     for host in job["rank_hosts"]:
         hv[host]["preflight_bw"] = {"tcp": {"rc": 1, "stderr": "boom"}}
     job["profile"] = "ib"     # the nodes' RDMA does not matter to gloo
-    assert preflight.retest_needed(job, hv) is False
+    assert retest_needed(job, hv) is False
 
 
 def test_retest_needed_cuda_ib_failed():
     job = cuda_job("ib")
     assert job["accelerator"] == "cuda"
-    assert preflight.retest_needed(job, failed_ib(job)) is True
+    assert retest_needed(job, failed_ib(job)) is True
 
 
 def test_retest_needed_cuda_ib_passing_and_missing_results():
@@ -384,12 +387,12 @@ def test_retest_needed_cuda_ib_passing_and_missing_results():
     hv["worker1"]["preflight_bw"] = {"ib": bw_ok(raw)}
     hv["worker2"]["preflight_bw"] = {"ib": bw_ok()}
     # 64 MiB in 0.5 s on 4 ranks: 0.2 GB/s bus bandwidth; 1 Gb/s x 0.5 = 0.0625 GB/s: passes.
-    assert preflight.retest_needed(job, hv, link_gbps="1") is False
+    assert retest_needed(job, hv, link_gbps="1") is False
     # Against a 400 Gb/s link (0.5 -> 25 GB/s) it crawls: test tcp.
-    assert preflight.retest_needed(job, hv, link_gbps=400) is True
+    assert retest_needed(job, hv, link_gbps=400) is True
     # A node without a result (the test did not run there): no retest.
     del hv["worker2"]["preflight_bw"]
-    assert preflight.retest_needed(job, hv, link_gbps=400) is False
+    assert retest_needed(job, hv, link_gbps=400) is False
 
 
 def test_retest_needed_cuda_tcp_never():
@@ -397,15 +400,15 @@ def test_retest_needed_cuda_tcp_never():
     hv = failed_ib(job)
     for host in job["rank_hosts"]:
         hv[host]["preflight_bw"] = {"tcp": {"rc": 1, "stderr": "boom"}}
-    assert preflight.retest_needed(job, hv) is False
+    assert retest_needed(job, hv) is False
 
 
 def test_bandwidth_off_is_a_skip_not_a_failure():
     job = cpu_job()
-    data = preflight.gather(job, nodevars(job, bw=False), ["worker1", "worker2"])
-    without = preflight.evaluate(data, ROLE_SETTINGS)
+    data = gather(job, nodevars(job, bw=False), ["worker1", "worker2"])
+    without = evaluate(data, ROLE_SETTINGS)
     assert [v["status"] for v in without["verdicts"] if v["check"] == "bandwidth"] == ["fail"]
-    report = preflight.evaluate(data, dict(ROLE_SETTINGS, bandwidth="false"))
+    report = evaluate(data, dict(ROLE_SETTINGS, bandwidth="false"))
     bw = [v for v in report["verdicts"] if v["check"] == "bandwidth"]
     assert [v["status"] for v in bw] == ["skip"] and "preflight_bandwidth=false" in bw[0]["detail"]
     assert report["status"] == "pass", report["findings"]
