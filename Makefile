@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm docs
 
 setup:
 	@scripts/setup
@@ -38,6 +38,11 @@ sanity: setup
 
 e2e: setup
 	$(BIN)/python -m pytest tests/e2e
+
+# The reference pages under docs/reference/, from the plugins' DOCUMENTATION/EXAMPLES/RETURN and the roles'
+# argument specs (tests/quality/test_docs.py fails when they are stale).
+docs: setup
+	$(BIN)/python scripts/gen_docs.py
 
 build: setup
 	$(BIN)/ansible-galaxy collection build --force --output-path .cache/build

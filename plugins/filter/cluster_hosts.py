@@ -18,6 +18,8 @@ description:
     IPv4 from its facts. Aliases come from C(cluster_hosts_aliases).
   - Fails, naming the host, the variable and the fix, when a node has no IP address, when a name cannot stand in
     C(/etc/hosts), or when one name would point at two addresses.
+  - The C(cluster_hosts) role uses it (C(docs/roles/cluster_hosts.md)).
+positional: _input, hostvars
 options:
   _input:
     description: The inventory names of the nodes, in the order of the block.

@@ -16,6 +16,7 @@ description:
     (C(nvidia.com/gpu)) and, in the rdma fabric mode, the RDMA device resource for every pod, and the
     shared volume's claim exists and is bound.
   - Every failed verdict names what is missing and the fix.
+  - The C(backend) role's C(kubernetes) entry point uses it (C(docs/kubernetes.md)).
 positional: _input, extra, kubeconfig_found, namespace, nodes, claim
 options:
   _input:

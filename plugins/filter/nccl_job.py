@@ -15,6 +15,15 @@ description:
   - Fails, listing every node with its profile and why, when they differ; NCCL needs the same transport on every rank.
   - Returns the variables identical on every node (what DeepSpeed's launcher exports to every rank) and, per node,
     those that differ (kept in each node's C(/etc/nccl.conf)).
+  - The C(nccl) role uses it (C(docs/roles/nccl.md)).
+  - 'With no hosts it fails with V(no hosts to choose an NCCL profile for. Fix: put the rank nodes in the group
+    ''workers''.)'
+notes:
+  - 'The error, for one node with active InfiniBand ports and one whose port is down, lists every node with its
+    profile and why (V(gpu1) V(ib) - 4 active InfiniBand port(s); V(gpu2) V(tcp) - no active RDMA port), then says
+    V(NCCL needs the same transport on every rank. Fix: set nccl_profile to one value for all of them in
+    group_vars/workers (tcp works everywhere; ib/roce need active ports on every node\), or fix the ports of the nodes
+    that differ.)'
 options:
   _input:
     description: Host name to that host's C(nccl_profile) result.
@@ -33,7 +42,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 _value:
-  description: Keys C(profile), C(env) (shared variables), C(node_local) (variable to value per host) and C(hosts).
+  description:
+    - Keys C(profile), C(env) (the variables identical on every node - what DeepSpeed's launcher exports to every rank),
+      C(node_local) (variable name to its value per host, for the variables that differ) and C(hosts) (sorted).
   type: dict
 """
 

@@ -15,8 +15,10 @@ description:
     C(roce) when it has active Ethernet-link-layer RDMA ports with a RoCE v2 GID (C(NCCL_IB_GID_INDEX) is that GID's
     index), and C(tcp) otherwise (C(NCCL_IB_DISABLE=1), C(NCCL_SOCKET_IFNAME) is the cluster interface).
   - Warns when RDMA hardware is present but not usable, the case that ends in C(Call to ibv_modify_qp failed).
-  - Fails with a message naming the host, the variable and the fix when a requested profile cannot work on the node.
+  - Fails with a message naming the host, the variable and the fix for an unknown profile, when a requested profile
+    cannot work on the node, or when the cluster interface is unknown and O(socket_ifname) is not given.
   - The logic lives in the collection's C(nccl) module_utils and is unit-tested over fixtures of real sysfs trees.
+  - The C(nccl) role uses it; the profiles and the variables each one writes are in C(docs/roles/nccl.md).
 positional: _input, host, requested, socket_ifname, env
 options:
   _input:
@@ -51,8 +53,9 @@ EXAMPLES = r"""
 RETURN = r"""
 _value:
   description:
-    - Keys C(profile), C(requested), C(reason), C(env) (variable to value), C(warnings) (list), C(rdma_ports) and
-      C(memlock_unlimited) (true for the RDMA profiles).
+    - Keys C(profile), C(requested), C(reason) (for example V(4 active InfiniBand port(s\))), C(env) (variable to
+      value), C(warnings) (a list, for example RDMA hardware present but not used), C(rdma_ports) (the ports NCCL
+      will use) and C(memlock_unlimited) (true for the RDMA profiles).
   type: dict
 """
 

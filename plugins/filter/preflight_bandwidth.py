@@ -55,7 +55,8 @@ RETURN = r"""
 _value:
   description:
     - Keys C(status) (pass, warn, fail), C(reason), C(rows) (size, time_us, algbw_gbps, busbw_gbps per size),
-      C(busbw_gbps), C(threshold_gbps) (GB/s), C(link_gbps), C(fraction), C(key).
+      C(busbw_gbps), C(threshold_gbps) (GB/s), C(link_gbps), C(fraction), C(key) (the profile, or C(gloo) on CPU
+      nodes).
   type: dict
 """
 

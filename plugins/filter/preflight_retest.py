@@ -13,19 +13,20 @@ version_added: "0.3.0"
 description:
   - True when the job runs NCCL on an RDMA profile (C(ib), C(roce)) and the all-reduce test the C(preflight) role
     ran with it failed or fell under its bandwidth threshold; the role then runs the same test over tcp, and the
-    report says whether the fabric is to blame. False for gloo, tcp, and a test that passed.
-positional: _input, hostvars
+    report says whether the fabric is to blame (C(docs/preflight.md), "Fabric fallback advice"). False for gloo, tcp,
+    a test that passed, and when a rank node has no result.
+positional: _input, hostvars, link_gbps, fractions
 options:
   _input:
     description: The job (M(multinode.deepspeed.job_plan)'s, with C(profile)).
     type: dict
     required: true
   hostvars:
-    description: The C(hostvars) of the play (each rank node's C(preflight_bw) and link speed).
+    description: The C(hostvars) of the play (each rank node's C(preflight_bw) and C(preflight_node_link_gbps)).
     type: dict
     required: true
   link_gbps:
-    description: C(preflight_link_gbps), the link speed to judge against (default - the slowest node's link).
+    description: C(preflight_link_gbps), the link speed to judge against (empty - the slowest rank node's link).
     type: float
   fractions:
     description: C(preflight_bandwidth_fraction), per profile.

@@ -14,7 +14,7 @@ description:
   - For every host of the input list, the number of ranks it runs, that is its C(deepspeed_slots) host variable where
     the inventory sets one, otherwise its C(deepspeed_gpu_count) fact (one rank per GPU).
   - A host with neither (a CPU node without C(deepspeed_slots)) is left out, so a CPU node never becomes a
-    rank by accident. The values are validated later by M(multinode.deepspeed.hostfile).
+    rank by accident. The values are validated later by M(multinode.deepspeed.hostfile) (C(docs/train.md)).
 positional: _input, hostvars
 options:
   _input:

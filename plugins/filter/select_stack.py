@@ -18,19 +18,23 @@ description:
   - Fails with a table naming each node, what it has and what it needs, and one line per problem naming the
     host, the variable and the fix, when no consistent set exists or a pin contradicts a node's driver.
   - The matrix is data (the collection's C(stack_matrix_data) module_utils); O(matrix_extra) extends or overrides it.
+  - The C(stack) role uses it; the rules, the matrix, the error table and examples are in C(docs/roles/stack.md).
 positional: _input, pins, matrix_extra
 options:
   _input:
     description:
       - Host name to a dict with C(python) (version), C(accelerator) (C(cuda) or C(cpu)), C(cuda_driver_version)
-        (the highest CUDA the driver supports, as nvidia-smi prints it) and C(driver_version).
+        (the highest CUDA the driver supports, as nvidia-smi prints it) and C(driver_version); a C(cuda) node needs
+        one of the two versions.
     type: dict
     required: true
   pins:
-    description: Keys C(torch), C(cuda), C(deepspeed), C(python); empty values are not pinned.
+    description: Keys C(torch), C(cuda), C(deepspeed), C(python); empty or missing values are not pinned.
     type: dict
   matrix_extra:
-    description: Merged over the built-in matrix (new releases, builds, drivers); a null value deletes an entry.
+    description:
+      - Merged over the built-in matrix (new releases, builds, drivers); a null value deletes an entry (the role's
+        C(stack_matrix_extra)).
     type: dict
 author:
   - multinode.deepspeed developers (@multinode)
@@ -48,6 +52,13 @@ _value:
   description:
     - Keys C(torch), C(deepspeed), C(cuda), C(builds), C(packages), C(index_urls), C(cuda_toolkit) (per host),
       C(nccl), C(rows) and C(table) (the rows as a fixed-width text table).
+    - C(torch) and C(deepspeed) are the chosen versions (such as V(2.13.0), V(0.19.8)); C(cuda) the GPU nodes' CUDA
+      (such as V(13.0)), or null without GPU nodes.
+    - Per host - C(builds) (V(cu130), ... or V(cpu)), C(packages) (the requirements, for example
+      C([torch==2.13.0+cu130, deepspeed==0.19.8])), C(index_urls) (for example
+      C(https://download.pytorch.org/whl/cu130), or null for CPU nodes unless the matrix has a C(cpu_index_url)) and
+      C(cuda_toolkit) (the toolkit package suffix such as V(13-0), or null).
+    - C(nccl) is the NCCL that build bundles (from the matrix, informational), or null; C(rows) has one row per host.
   type: dict
 """
 

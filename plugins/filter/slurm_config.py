@@ -15,6 +15,7 @@ description:
     when there is one, so that the role fails before anything on the nodes changes.
   - One C(NodeName) line per worker (CPUs, RealMemory at 95% of the kernel's total, C(Gres=gpu:N) for GPUs), one
     partition (every worker, or O(_input.partition_nodes)).
+  - The C(slurm) role uses it (C(docs/roles/slurm.md)).
 positional: _input, controller, nodes
 options:
   _input:

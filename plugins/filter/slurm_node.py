@@ -14,6 +14,7 @@ description:
   - Slurm's name for the node (C(slurm_node_name), default the inventory name), its own hostname, the address the
     cluster reaches it at (C(cluster_hosts_address), else C(ansible_host)), CPUs, memory (MB) and GPUs
     (C(multinode_accelerators.count)).
+  - The C(slurm) role uses it for C(slurm.conf) (C(docs/roles/slurm.md)).
 positional: _input
 options:
   _input:

@@ -13,6 +13,8 @@ version_added: "0.5.0"
 description:
   - A munge credential made on the controller must decode on every node (one key, munged running, close clocks).
   - Every node must run the controller's Slurm version.
+  - The C(backend) role's C(slurm) entry point uses it, which the C(preflight) role includes for a job with
+    C(backend=slurm) (C(docs/backends.md)).
 positional: _input, munge, versions
 options:
   _input:

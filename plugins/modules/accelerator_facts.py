@@ -20,14 +20,11 @@ description:
     a driver that sees no GPU gets C(no_devices), and C(nvidia-smi) failing (for example rc 9 when it
     cannot talk to the driver) gets C(driver_error) with the tool's own first line and a fix.
   - The parsing lives in the collection's C(accelerator) module_utils and is unit-tested against
-    captured C(nvidia-smi) output.
-options:
-  nvidia_smi:
-    description:
-      - The C(nvidia-smi) executable, as a name looked up in E(PATH) (and the sbin directories) or as an
-        absolute path.
-    type: str
-    default: nvidia-smi
+    captured C(nvidia-smi) output (C(tests/fixtures/nvidia-smi/)).
+  - C(site.yml) runs it on every node before the stack is chosen. C(train.yml) and C(preflight.yml) get the same fact
+    from M(multinode.deepspeed.node_facts), which reads the GPUs the same way.
+extends_documentation_fragment:
+  - multinode.deepspeed.nvidia_smi
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -67,33 +64,56 @@ ansible_facts:
   type: complex
   contains:
     multinode_accelerators:
-      description: The node's NVIDIA accelerators.
+      description: The node's NVIDIA accelerators; every key is always present.
       returned: always
       type: complex
+      sample:
+        status: ok
+        message: "2 GPU(s): NVIDIA A30; 24576 MiB min, compute capability 8.0 min; driver 535.183.01, CUDA 12.2."
+        count: 2
+        driver_version: "535.183.01"
+        cuda_driver_version: "12.2"
+        gpus:
+          - {index: 0, uuid: GPU-5f3b2c1e-7a94-3d0e-b8c2-91e4d6a0f217, name: NVIDIA A30, memory_mib: 24576,
+             compute_capability: "8.0", driver_version: "535.183.01", pci_bus_id: "00000000:17:00.0"}
+          - {index: 1, uuid: GPU-c08d4e72-1b65-9f3a-4e27-d3a95b18c6e0, name: NVIDIA A30, memory_mib: 24576,
+             compute_capability: "8.0", driver_version: "535.183.01", pci_bus_id: "00000000:CA:00.0"}
+        names: [NVIDIA A30]
+        memory_mib_min: 24576
+        compute_capability_min: "8.0"
       contains:
         status:
           description:
-            - V(ok) (GPUs found), V(absent) (no nvidia-smi, a CPU node), V(no_devices) (the driver sees no GPU)
-              or V(driver_error) (nvidia-smi failed).
+            - V(ok) (the query listed GPUs), V(absent) (no nvidia-smi, a CPU node), V(no_devices) (the driver sees no
+              GPU - rc 6, C(No devices were found), or empty output) or V(driver_error) (nvidia-smi failed otherwise).
           type: str
           returned: always
           sample: ok
         message:
-          description: One line for humans; for V(driver_error), the tool's first line and a fix.
+          description:
+            - 'One line for humans, for example
+              V(1 GPU(s\): NVIDIA H100 80GB HBM3; 81559 MiB min, compute capability 9.0 min; driver 580.159.04, CUDA 13.0.)'
+            - For V(no_devices), what to check (the GPUs passed through to the node, not bound to another driver such
+              as vfio-pci).
+            - 'For V(driver_error), V(nvidia-smi failed (rc <rc\): <its first line> Fix: ...), the fix depending on the
+              text - a driver/library version mismatch (reboot, or reload the modules), C(is not a valid field) (a
+              driver older than 510), otherwise a check that the kernel driver is loaded.'
           type: str
           returned: always
         count:
-          description: Number of GPUs.
+          description: Number of GPUs (0 unless V(ok)).
           type: int
           returned: always
           sample: 8
         driver_version:
-          description: The NVIDIA driver version, or null.
+          description: The NVIDIA driver version (from the query, else the banner), or null.
           type: str
           returned: always
           sample: "550.90.07"
         cuda_driver_version:
-          description: The highest CUDA version the driver supports (the banner's CUDA Version), or null.
+          description:
+            - The highest CUDA version the driver supports (the banner's C(CUDA Version), not an installed toolkit), or
+              null.
           type: str
           returned: always
           sample: "12.4"

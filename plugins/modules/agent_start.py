@@ -18,7 +18,10 @@ description:
     beats into the run directory, and stops the run's processes on abort or when the controller's lease goes stale.
   - Unlike C(async) + C(poll=0), which cannot use pipelining (it copies a wrapper to the node first), one SSH round
     trip per node - the launch starts that much sooner.
-  - Fails when the agent exits within O(settle) seconds (it could not start), with the last lines of O(log).
+  - Fails when the command cannot start, or when the agent exits within O(settle) seconds (it could not start) -
+    C(the agent exited at once with code N) with the last lines of O(log). Always reports C(changed) otherwise.
+  - C(train.yml) runs it on every node where the launch backend starts an agent over SSH (C(job.launch.ssh_agents)),
+    as the run's user (C(docs/agents.md)).
 options:
   argv:
     description: The agent's command line.

@@ -19,23 +19,33 @@ description:
     percentiles, the scaling efficiency, the MLPerf LoadGen verdict and the run against the history, with
     C(plots/throughput.png) and C(plots/latency.png); and C(history.md) with C(plots/history.png), the trend per
     metric with every run's drop against the median of the runs before it flagged.
-  - Runs where matplotlib is installed (the controller).
+  - C(benchmark.yml) runs it with the history the play collected into C(<run_id>/history/) and the run's threshold.
+extends_documentation_fragment:
+  - multinode.deepspeed.report
 options:
-  run_dir:
-    description: The run's directory on the controller (it holds C(summary.json)).
-    type: path
-    required: true
   history:
-    description: The history file (C(history.jsonl)); without it, no history report.
+    description: The history file (C(history.jsonl)); without it, or when it does not exist, no history report.
     type: path
   threshold:
     description: A metric worse than the median of the previous runs by more than this percentage is flagged.
     type: float
     default: 10
-  plots:
-    description: Draw the plots.
-    type: bool
-    default: true
+notes:
+  - 'C(report.md) (replacing the driver''s) holds the status and error, the model, the engine and why, samples and max
+    new tokens, the trigger; a throughput table per node with the total (slots, samples, samples/s, tokens/s, prompt
+    and generation tokens/s); a table per slot (host, local slot, engine, device, samples, wall time, samples/s,
+    tokens/s); the latency p50/p90/p99; the scaling arithmetic, or V(No single-slot run: no scaling efficiency.);
+    the MLPerf LoadGen verdict with its reasons, or why it was not used; the run against the history
+    (C(**REGRESSION** <metric>) with its value, the median and the change, or no drop); and the plots.'
+  - C(plots/throughput.png) shows samples/s and tokens/s per slot, labelled C(<host>/<local slot>), with the total in
+    the title and the single slot as a dashed line; C(plots/latency.png) the latency histogram with its percentiles.
+  - With a history, C(history.md) is the trend per metric, every successful run judged against the median of the
+    successful runs before it (C(docs/benchmark.md), "History and the regression flag"), and C(plots/history.png)
+    shows samples/s, tokens/s, p90 latency and scaling efficiency over the runs, flagged runs in red.
+  - A failed run gets a report with its status and error, and neither C(throughput.png) nor C(latency.png); the
+    history report is still written.
+  - It fails when C(summary.json) is missing or unreadable (C(no readable benchmark summary at <path> ... did the
+    driver start? See <run_dir>/logs/)), or when the history cannot be read.
 attributes:
   check_mode:
     support: full
@@ -59,7 +69,7 @@ EXAMPLES = r"""
 RETURN = r"""
 summary:
   description: The run's C(summary.json) (status, error, aggregate with slots, nodes and total, latency, scaling
-    efficiency, engines, LoadGen, metrics, regressions).
+    efficiency, engines, LoadGen, metrics, regressions; C(docs/benchmark.md), "What a run leaves").
   returned: always
   type: dict
 report:
@@ -76,7 +86,13 @@ plots:
   type: list
   elements: str
 text:
-  description: The results in a few lines for a person (per node, total, efficiency, latency, engine, LoadGen, history verdict).
+  description:
+    - 'The results in a few lines, which C(benchmark.yml) prints at the end - C(Benchmark <run_id>: <status>), one line
+      per node and one for the total (slots, samples/s, tokens/s, prompt and generation tokens/s), the scaling
+      efficiency (and the single slot''s samples/s), the end-to-end throughput when the driver measured it, the
+      latency p50/p90/p99, the engine and why, the MLPerf LoadGen verdict, the history''s verdict on this run with the
+      history report''s path, and the report''s path.'
+    - For a failed run, the first line and the report's path.
   returned: always
   type: list
   elements: str

@@ -20,6 +20,9 @@ description:
     workers; the workers' benchmark processes stop when their session closes.
   - The task does not fail when the driver fails; it returns the driver's exit code and output so that the
     play can collect the run's logs first.
+  - C(benchmark.yml) runs it right after starting the driver, as C(benchmark_user).
+extends_documentation_fragment:
+  - multinode.deepspeed.progress
 options:
   jid:
     description: The async job id of the driver's task.
@@ -29,21 +32,23 @@ options:
     description: The driver's progress file (C(<run_dir>/progress.json)).
     type: path
   timeout:
-    description: Seconds to wait at most (0 for no limit).
+    description:
+      - Seconds to wait at most (0 for no limit). After that it sends the driver TERM and fails with
+        C(the benchmark did not finish within N s; it was stopped).
     type: int
     default: 0
-  poll_interval:
-    description: Seconds between looks at the job.
-    type: float
-    default: 2
-  progress_interval:
-    description: Seconds between progress lines.
-    type: float
-    default: 10
   stop_pattern:
-    description: The C(pkill -f) pattern that finds the driver.
+    description: The C(pkill -f) pattern that finds the driver; C(benchmark.yml) adds the run id.
     type: str
     default: "[m]ultinode_ds.bench run"
+notes:
+  - 'The progress line is the C(line) the driver writes into O(progress_file), read on the host, for example
+    V([coord] phase parallel (running\): 5/8 samples, worker1 3/4, worker2 2/4, 14 s), or
+    V([coord] starting the driver) before the file exists.'
+  - On Ctrl-C (or a TERM to Ansible) it runs C(pkill -TERM -f <stop_pattern>) on the host. The driver then fails the
+    run, records it and closes its SSH sessions to the workers, whose benchmark processes stop; the interrupt then
+    ends the play.
+  - It fails when the async job cannot be read.
 attributes:
   check_mode:
     support: none
@@ -73,13 +78,32 @@ EXAMPLES = r"""
 RETURN = r"""
 rc:
   description: The driver's exit code (0 success, 1 the run failed, 2 bad settings or the run id taken, 3 another
-    benchmark running).
+    benchmark running; C(docs/benchmark.md), "When a run fails").
   returned: when the job finished
   type: int
 stdout:
   description: The driver's output (progress lines, the result line, the history).
   returned: when the job finished
   type: str
+stderr:
+  description: The driver's standard error.
+  returned: when the job finished
+  type: str
+stdout_lines:
+  description: RV(stdout) line by line.
+  returned: when the job finished
+  type: list
+  elements: str
+stderr_lines:
+  description: RV(stderr) line by line.
+  returned: when the job finished
+  type: list
+  elements: str
+cmd:
+  description: The driver's command.
+  returned: when the job finished
+  type: list
+  elements: str
 job_msg:
   description: The job's own error when the command could not run (for example a missing interpreter).
   returned: when the job failed that way

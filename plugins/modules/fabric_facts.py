@@ -15,13 +15,16 @@ version_added: "0.2.0"
 description:
   - Reads the RDMA devices and ports (InfiniBand or RoCE) from sysfs, the interfaces and their addresses
     from C(ip -j addr) and their speeds from sysfs, and returns them as the C(multinode_fabric) fact.
-  - For RoCE ports it finds the RoCE v2 GID index NCCL needs (C(NCCL_IB_GID_INDEX)), preferring an
-    IPv4-mapped GID; for every port it names the network interface behind it.
+  - For RoCE ports it finds the RoCE v2 GID index NCCL needs (C(NCCL_IB_GID_INDEX)) - the lowest index whose type is
+    C(RoCE v2) and whose GID is set, preferring an IPv4-mapped GID (C(::ffff:a.b.c.d)) over any other (such as the
+    C(fe80::) one); for every port it names the network interface behind it.
   - The cluster interface is the one that carries O(address), the node's inventory address; a name is
     resolved on the node first.
-  - Without C(ip) (or when it cannot print JSON) the interfaces come from sysfs alone, without addresses,
-    and the module warns.
-  - The parsing lives in the collection's C(fabric) module_utils and is unit-tested against sysfs trees.
+  - Without C(ip) (or when C(ip -j addr) fails or prints no JSON) the interfaces come from sysfs alone, without
+    addresses, so the cluster interface is unknown, and the module warns, naming the fix (install iproute2).
+  - The parsing lives in the collection's C(fabric) module_utils and is unit-tested against the sysfs trees in
+    C(tests/fixtures/sysfs/) (each with its C(ip -j addr) output).
+  - The C(nccl) role runs it on every node.
 options:
   sysfs_root:
     description: Where sysfs is mounted.
@@ -69,9 +72,30 @@ ansible_facts:
   type: complex
   contains:
     multinode_fabric:
-      description: The node's network fabric.
+      description: The node's network fabric. The sample is the RoCE fixture (C(tests/fixtures/sysfs/roce), address 10.20.0.21).
       returned: always
       type: complex
+      sample:
+        rdma:
+          - device: mlx5_0
+            ports:
+              - {port: 1, state: ACTIVE, state_code: 4, phys_state: LinkUp, rate: 200 Gb/sec (4X HDR), rate_gbps: 200.0,
+                 link_layer: Ethernet, netdev: ens1f0np0, roce_v2_gid_index: 3}
+          - device: mlx5_1
+            ports:
+              - {port: 1, state: ACTIVE, state_code: 4, phys_state: LinkUp, rate: 200 Gb/sec (4X HDR), rate_gbps: 200.0,
+                 link_layer: Ethernet, netdev: ens1f1np1, roce_v2_gid_index: 3}
+        rdma_active_ports: ["mlx5_0:1", "mlx5_1:1"]
+        interfaces:
+          - {name: eno1, operstate: UP, mtu: 1500, mac: "ac:1f:6b:52:0e:94", link_type: ether,
+             ipv4: [172.16.5.21/24], ipv6: ["fe80::ae1f:6bff:fe52:e94/64"], speed_mbps: 1000}
+          - {name: ens1f0np0, operstate: UP, mtu: 9000, mac: "b8:3f:d2:4a:10:e0", link_type: ether,
+             ipv4: [10.20.0.21/24], ipv6: ["fe80::ba3f:d2ff:fe4a:10e0/64"], speed_mbps: 200000}
+          - {name: ens1f1np1, operstate: UP, mtu: 9000, mac: "b8:3f:d2:4a:10:e1", link_type: ether,
+             ipv4: [10.20.1.21/24], ipv6: ["fe80::ba3f:d2ff:fe4a:10e1/64"], speed_mbps: 200000}
+        cluster_interface: ens1f0np0
+        cluster_address: 10.20.0.21
+        cluster_speed_mbps: 200000
       contains:
         rdma:
           description:

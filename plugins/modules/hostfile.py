@@ -18,6 +18,9 @@ description:
   - Fails with a message naming the host and the fix on duplicates, zero or non-numeric slots, or when
     no rank host is left; DeepSpeed itself would silently fall back to one local node.
   - The layout logic lives in the collection's C(hostfile) module_utils and is unit-tested.
+  - The C(benchmark) role calls it in check mode to lay out its slots. C(train.yml) does not call it -
+    M(multinode.deepspeed.job_plan) validates the layout with the same code, and M(multinode.deepspeed.run_prepare)
+    writes the file.
 options:
   path:
     description: Where to write the hostfile (normally the run's directory on shared storage).
@@ -50,6 +53,16 @@ options:
     description: File mode of the hostfile.
     type: str
     default: "0644"
+notes:
+  - It fails, with a message that names the host and the fix, when a host has no slots in O(slots) and there is no
+    O(default_slots); when slots are not a whole number, or are below 1 (slots given as a string of digits, as
+    inventories often do, are accepted); when a host name is empty or contains characters that DeepSpeed's hostfile
+    parser cannot take (spaces, C(=), C(#)); when a host appears twice (DeepSpeed rejects duplicates); when
+    O(include) or O(exclude) names a host that is not in O(hosts); or when no host is left.
+  - These checks matter because DeepSpeed itself only prints a warning when the hostfile is missing or unusable, and
+    then runs every rank on the launching node.
+  - The file is written through a temporary file and an atomic rename, and only when its content differs, so a
+    second run with the same layout reports no change.
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -93,12 +106,14 @@ world_size:
   type: int
   sample: 2
 hosts:
-  description: Rank hosts in order, with their slots and first global rank.
+  description: Rank hosts in order, each C(name), C(slots) and C(first_rank) (its first global rank).
   returned: always
   type: list
   elements: dict
 ranks:
-  description: Every global rank with its host and local rank.
+  description:
+    - Every global rank, each C(rank), C(host) and C(local_rank).
+    - Global ranks follow the file's order, as in DeepSpeed - the first host gets ranks 0 to its slots - 1, and so on.
   returned: always
   type: list
   elements: dict

@@ -19,8 +19,9 @@ description:
     C(run_id), C(hosts), C(exclude), the inventory's C(deepspeed_rank_env), C(shared_dir_path), C(stack_venv_dir),
     C(stack_home), C(stack_torch_extensions_dir), and whether C(hf_token) is set), overridden by O(settings).
   - Reads each worker's facts from C(hostvars) - C(deepspeed_slots), the GPU count (C(multinode_accelerators)),
-    C(deepspeed_accelerator), C(ansible_host), memory and default interface, and C(multinode_node_env) (the job's
-    NCCL and stack variables, when a task recorded them).
+    C(deepspeed_accelerator), C(ansible_host), memory and default interface (from C(multinode_node) of
+    M(multinode.deepspeed.node_facts), else from Ansible's facts), and C(multinode_node_env) (the job's NCCL and stack
+    variables, when a task recorded them).
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
     its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
@@ -37,6 +38,15 @@ options:
     description: The hosts that run the launcher (default the group C(coordinator)).
     type: list
     elements: str
+notes:
+  - 'Any bad value fails the task, before anything changes, with one sentence per problem and its fix, for example
+    V(The job cannot start: steps=''0'' must be a whole number >= 1. Fix: -e steps=<steps>; backend=mpi is not a
+    launch backend. Fix: -e backend=pdsh or -e backend=ssh-free ...).'
+  - 'A worker of the play that was targeted but failed or was unreachable (it is not in C(ansible_play_hosts), for
+    example because M(multinode.deepspeed.node_facts) failed there) cannot take ranks. When such a worker is a rank
+    node of the job, the plan fails naming it - V(The job cannot start: worker2 did not answer (unreachable, or
+    reading it failed: the error is above\), so a job on worker1, worker2 cannot start. Fix: repair worker2, or leave
+    it out with -e exclude=worker2.) A worker left out of the job (C(hosts), C(exclude)) may be down.'
 attributes:
   check_mode:
     support: full
@@ -75,4 +85,25 @@ job:
       C(-e exclude).
   returned: success
   type: dict
+  contains:
+    dry_run:
+      description:
+        - The bundled trainer's check, C(<venv>/bin/python -m multinode_ds.train --dry-run --world-size W
+          [--memory-gib G] <program arguments>); null for a user's script. M(multinode.deepspeed.run_prepare) runs it.
+      type: list
+      elements: str
+    allreduce:
+      description:
+        - Per rank node, the argv of preflight's all-reduce test (C(multinode_ds.allreduce_perf)) with the job's master
+          address and port, world size, first rank, slots and backend (C(nccl) on C(cuda), else C(gloo)); the
+          C(preflight) role adds C(--label), C(--out), C(--max-bytes) and C(--timeout).
+      type: dict
+    launch:
+      description:
+        - What the launch backend does - C(launchers) (the nodes that run a launcher), C(agents) (the nodes that run
+          an agent), C(argv) (the launcher's argv per launcher), C(agent_argv) (per agent node,
+          C(<venv>/bin/python -m multinode_ds.agent --run-dir D --host H --max-time T [-- <launcher argv>]), which
+          M(multinode.deepspeed.agent_start) starts), C(ssh_pairs) and C(ssh_targets) (the SSH logins the launch
+          needs, as pairs and as the targets per source node; preflight tries them from there).
+      type: dict
 """

@@ -23,7 +23,11 @@ description:
     the venv's C(*.dist-info) names without importing anything, with a fingerprint that any changed package
     changes (preflight is reused only while every node's fingerprint is the same).
   - With O(port), whether that TCP port is free here (the master port, checked before a launch).
-  - Reads only.
+  - Reads only. Both playbooks run it first, on the coordinator and the workers. It fails only when a job variable
+    file exists but cannot be read.
+  - The parsers (the collection's C(node) module_utils) are unit-tested; so is the module.
+extends_documentation_fragment:
+  - multinode.deepspeed.nvidia_smi
 options:
   paths:
     description: The job variable files, in order of precedence (later wins).
@@ -38,10 +42,6 @@ options:
     description: Where role C(stack) put the bundled trainer, C(multinode_ds) (its version is read from it).
     type: path
     default: /opt/multinode-deepspeed/lib/multinode_ds
-  nvidia_smi:
-    description: The C(nvidia-smi) to run (a name on C(PATH) or a path). A node without it has no accelerators.
-    type: str
-    default: nvidia-smi
   port:
     description:
       - A TCP port to test (bind with C(SO_REUSEADDR), as a rendezvous does) - the master port; the default is
@@ -79,7 +79,12 @@ ansible_facts:
       description: As M(multinode.deepspeed.accelerator_facts) returns it.
       type: dict
     multinode_node_env:
-      description: The job variables provisioning wrote, variable name to value.
+      description:
+        - The job variables provisioning wrote, variable name to value, later files of O(paths) winning - the job's
+          NCCL variables (role C(nccl), C(docs/roles/nccl.md)) and the CUDA settings the ops were built with (role
+          C(stack)).
+        - Blank lines, comments and anything that is not an assignment are skipped, and so are missing files.
+          M(multinode.deepspeed.job_plan) takes the master's variables into the ranks' environment.
       type: dict
     multinode_node:
       description: C(memtotal_mb), C(interface) (of the default route), C(ipv4) and C(ipv6) (addresses),
@@ -98,6 +103,52 @@ ansible_facts:
         port: 29500
         port_free: true
         port_error: ""
+      contains:
+        memtotal_mb:
+          description: C(MemTotal) of C(/proc/meminfo) in MiB.
+          type: int
+        interface:
+          description: The interface of the IPv4 default route (C(/proc/net/route), lowest metric).
+          type: str
+        ipv4:
+          description: The node's IPv4 addresses, from C(ip -j addr) (empty without C(ip)).
+          type: list
+          elements: str
+        ipv6:
+          description: The node's IPv6 addresses, from C(ip -j addr) (empty without C(ip)).
+          type: list
+          elements: str
+        versions:
+          description:
+            - C(python), C(torch), C(cuda), C(nccl), C(deepspeed), C(transformers), C(trainer), read from the venv's
+              C(pyvenv.cfg) and its C(*.dist-info) directory names, without importing anything.
+            - C(cuda) is torch's CUDA build (V(none) for a CPU build), C(nccl) the version of the NCCL wheel (V(none)
+              without one); a missing package is V(missing).
+            - 'Without a venv, C({"error": "no venv at <venv> (run site.yml)"}).'
+          type: dict
+        stack_fingerprint:
+          description:
+            - A hash of the Python version, every C(*.dist-info) name and the trainer's version - any installed, removed
+              or changed package changes it (null without a venv).
+          type: str
+        files:
+          description: The job variable files that were read.
+          type: list
+          elements: str
+        port:
+          description: O(port), as a number.
+          returned: with O(port)
+          type: int
+        port_free:
+          description:
+            - Whether the port could be bound (with C(SO_REUSEADDR), as a rendezvous binds - C(TIME_WAIT) leftovers do
+              not count, a listener does).
+          returned: with O(port)
+          type: bool
+        port_error:
+          description: 'Why not, for example V(port 29500 is not free: in use); empty when it is free.'
+          returned: with O(port)
+          type: str
 """
 
 import os

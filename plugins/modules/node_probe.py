@@ -22,7 +22,8 @@ description:
   - Reads the node's clock first and says how long it ran after that (C(elapsed)). The action plugin of the same
     name records the controller's clock just before and after the call, so that the clock skew has a bound that
     does not depend on the latency or on the waits.
-  - Used by the C(preflight) role; reads only, changes nothing.
+  - Used by the C(preflight) role (C(docs/preflight.md)), which runs it once on every node of the job, all nodes at
+    once; reads only, changes nothing.
 options:
   names:
     description: Host names to resolve.
@@ -47,6 +48,8 @@ options:
     description:
       - A TCP port to listen on while the other nodes connect to it (the master port, on the master), run in the
         same task as O(connect_port) on the other nodes. C(listen.rc) is 1 when the port is not free.
+      - It binds with C(SO_REUSEADDR), as a rendezvous does. On the master, the listener is bound (or refused) before
+        the node's own connection tries it.
       - The listener lets each client close first, so no TIME_WAIT is left on the port.
     type: int
   listen_expect:
@@ -61,7 +64,7 @@ options:
     description: Connect to O(connect_port) on this host (retried until it answers or O(connect_seconds) pass).
     type: str
   connect_port:
-    description: The port to connect to on O(connect_host).
+    description: The port to connect to on O(connect_host); required with it.
     type: int
   connect_seconds:
     description: Try to connect for at most this long.
@@ -90,6 +93,13 @@ EXAMPLES = r"""
     ssh_targets: "{{ groups['workers'] }}"
   become: true
   become_user: deepspeed
+
+- name: The master port, free on the master and reachable from every rank node
+  multinode.deepspeed.node_probe:
+    listen_port: "{{ train_job.master_port if inventory_hostname == train_job.master else omit }}"
+    listen_expect: "{{ train_job.rank_hosts | length }}"
+    connect_host: "{{ train_job.master_addr if inventory_hostname in train_job.rank_hosts else omit }}"
+    connect_port: "{{ train_job.master_port if inventory_hostname in train_job.rank_hosts else omit }}"
 """
 
 RETURN = r"""

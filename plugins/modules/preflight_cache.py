@@ -14,18 +14,20 @@ short_description: Decide whether a passing preflight stands for a job
 version_added: "0.3.0"
 description:
   - An action plugin; runs on the controller and reads one file of its cache.
-  - Hashes what a preflight checks - the job's layout (rank nodes and slots, master, port, backend, accelerator,
-    the ranks' environment but for the run's own id), every node's inventory address and addresses, every node's
-    stack fingerprint (M(multinode.deepspeed.node_facts)), and the preflight's settings - and looks for a
-    passing preflight recorded under that hash (by M(multinode.deepspeed.preflight_report), given RV(cache_path)).
+  - Hashes what a preflight checks - the job's layout (rank nodes and slots, master, master address and port,
+    backend and its options, accelerator, shared and stack directories, the ranks' environment but for the run's own
+    id and directory), per node (the coordinator and the rank nodes) the inventory address, the IPv4 addresses, the
+    stack fingerprint (M(multinode.deepspeed.node_facts)), the GPU count and C(cluster_hosts_file), and the
+    preflight's settings that are set - and looks for a passing preflight recorded under that hash (by
+    M(multinode.deepspeed.preflight_report), given RV(cache_path)), in C(<cache_dir>/<hash>.json). A new run id,
+    model or step count keeps the hash.
   - The preflight stands (C(reuse)) when one is found that is at most O(max_age) seconds old; anything else -
     another layout, a changed package, a moved node, an older record, O(force) - says why it must run again.
   - A failed preflight removes the record, so the next launch checks again.
+  - The C(preflight) role runs it first (C(tasks/decide.yml)). It reads one file and writes nothing.
+extends_documentation_fragment:
+  - multinode.deepspeed.job
 options:
-  job:
-    description: The job, as M(multinode.deepspeed.job_plan) returns it.
-    type: dict
-    required: true
   settings:
     description: The preflight's thresholds (a change runs it again).
     type: dict
@@ -52,6 +54,10 @@ attributes:
   diff_mode:
     support: none
     description: Changes nothing.
+notes:
+  - 'It fails, before anything runs, when O(max_age) is not whole seconds (V(preflight_max_age=... must be whole
+    seconds (0: never reuse\). Fix: -e preflight_max_age=3600)) or a setting is out of range
+    (V(Bad preflight setting (inventory or -e\): ...), one part per variable).'
 seealso:
   - module: multinode.deepspeed.preflight_report
 author:
@@ -86,7 +92,9 @@ cache_path:
   returned: always
   type: str
 record:
-  description: The recorded preflight (run id, time, status, report path), when it stands.
+  description:
+    - The recorded preflight (C(status), C(time), C(report), C(run_id), C(warnings), C(bandwidth), C(key)) when it
+      stands, else null.
   returned: always
   type: dict
 """

@@ -20,8 +20,8 @@ description:
     and TCP works, the variable to pin.
   - The decisions are in the pure module_utils C(preflight) (unit-tested); this module only reads its input
     and writes the files.
-  - Runs on the controller (C(delegate_to=localhost)). It does not fail on a failed preflight; the playbook
-    prints the tables first and then fails with RV(findings).
+  - Runs on the controller (C(delegate_to=localhost)). It does not fail on a failed preflight; the C(preflight) role
+    prints RV(text) first and then fails with RV(message).
 options:
   data:
     description:
@@ -52,6 +52,12 @@ options:
   key:
     description: The hash M(multinode.deepspeed.preflight_cache) returned (stored in the record).
     type: str
+notes:
+  - With O(job), the action plugin gathers O(data) from each job node's variables (C(multinode_node),
+    C(multinode_accelerators), C(multinode_fabric), C(cluster_hosts_file), C(preflight_probe), the link speeds and
+    C(preflight_bw); C(gather) in C(plugins/module_utils/preflight/evaluate.py)). The all-reduce result is read from
+    the last C(ALLREDUCE_RESULT {json}) line of the master's test output. A node that did not answer gets the version
+    error C(the node did not answer).
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -80,12 +86,17 @@ EXAMPLES = r"""
 
 RETURN = r"""
 outcome:
-  description: The preflight in short (status, time, report, run_id, warnings, bandwidth) - what a run's summary
-    keeps, and what O(cache_path) records.
+  description:
+    - The preflight in short - C(status), C(time), C(report) (the path), C(run_id), C(warnings), and C(bandwidth)
+      (C(label), C(status), C(busbw_gbps), C(threshold_gbps), C(link_gbps) of the job's test); what a run's summary
+      keeps. The record at O(cache_path) is C(outcome) plus O(key).
   returned: always
   type: dict
 message:
-  description: When the preflight failed, what to say - one line per problem, the advice, the report's path.
+  description:
+    - 'When the preflight failed, what to say - V(Preflight failed (<n> problem(s\)\); nothing was launched:), then one
+      line per problem C(- <check> on <host>: <detail>. Fix: <fix>.), C(Advice: <the fabric advice>) when there is
+      one, and C(Report: <path of preflight.json>). Null on a pass.'
   returned: always
   type: str
 status:

@@ -24,12 +24,12 @@ description:
     whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
     runner can paste into a remote shell as they are; mode 0600) and the controller's lease (C(control/lease)) the
     agents watch.
-  - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result.
+  - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result. C(train.yml) runs
+    it on the coordinator (C(run_once), as the run's user) - with O(write=false) when a preflight runs first, then
+    again with O(check=false) after the preflight.
+extends_documentation_fragment:
+  - multinode.deepspeed.job
 options:
-  job:
-    description: The planned job (M(multinode.deepspeed.job_plan)).
-    type: dict
-    required: true
   write:
     description: Write the run directory after the checks (C(false) - check only, before a preflight).
     type: bool
@@ -45,6 +45,16 @@ attributes:
   diff_mode:
     support: none
     description: Shows no diff.
+notes:
+  - 'Each check fails with the value and the fix - V(run_id=X exists already (<run_dir> on <coordinator>\). Fix: pick
+    another -e run_id, or leave it out for a new one.); V(entrypoint=<path> does not exist on <coordinator>. Fix: put
+    the script on the shared directory (<shared_dir>\) or at the same path on every node, and pass its absolute
+    path.); and, when the dry run (run with C(DS_ACCELERATOR) set) exits non-zero, V(The bundled trainer refuses this
+    run (checked on <coordinator>\): <the last line of its stderr>), without the trainer''s C(multinode_ds:) prefix
+    (C(exit code N) when stderr is empty).'
+  - Every file is written through a temporary file and a rename. The launch backend's own files (C(job.launch.files),
+    a batch script for example) are written under the run directory too. It reports C(changed) only when it wrote the
+    files.
 seealso:
   - module: multinode.deepspeed.job_plan
 author:

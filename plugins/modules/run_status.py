@@ -14,22 +14,23 @@ short_description: Read (and steer) a running job through its shared run directo
 version_added: "0.1.0"
 description:
   - Reads the heartbeats that the per-node agents write to C(nodes/<host>.json), the abort record
-    C(control/ABORT), and the last metrics record of every rank from a run directory on shared storage.
+    C(control/ABORT), and the last metrics record of every rank from a run directory on shared storage (only the
+    end of each C(metrics/rank*.jsonl) is read; a torn last line is skipped).
   - Touches the controller's lease C(control/lease), so that the agents stop the run when the controller
     stops watching; can ask every node to stop (O(abort)) or mark the run done (O(done)).
-  - The M(multinode.deepspeed.watch) action calls it in a loop; it is a module of its own so that a person
-    can look at a run by hand too.
+  - The M(multinode.deepspeed.watch) action calls it in a loop on the coordinator; it is a module of its own so that
+    a person can look at a run by hand too (C(docs/agents.md), "Looking at a run by hand").
+extends_documentation_fragment:
+  - multinode.deepspeed.run_dir
 options:
-  run_dir:
-    description: The run directory on the node (on storage every node shares).
-    type: path
-    required: true
   touch_lease:
     description: Renew the controller's lease.
     type: bool
     default: false
   abort:
-    description: When set, write C(control/ABORT) with this reason (unless an abort is already recorded).
+    description:
+      - When set, write C(control/ABORT) with this reason and C(host) V(controller) (unless an abort is already
+        recorded); every node's agent then stops the run's processes.
     type: str
   probe:
     description:
@@ -53,6 +54,9 @@ options:
     description: Write C(control/DONE), telling the watching agents that the run ended well.
     type: bool
     default: false
+notes:
+  - Creates C(control/) when it is missing. Reports C(changed) only when it wrote C(control/ABORT) or
+    C(control/DONE), or gave back O(release); renewing the lease is not a change.
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -78,7 +82,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 nodes:
-  description: Heartbeat of every node's agent, by host.
+  description: Heartbeat of every node's agent, by host (its fields are in C(docs/agents.md), C(nodes/<host>.json)).
   returned: always
   type: dict
 abort:
@@ -86,7 +90,9 @@ abort:
   returned: always
   type: dict
 ranks:
-  description: The last metrics record of every rank, by rank.
+  description:
+    - The last metrics record of every rank, by rank (as a string) - its last C(step) record, or its last record of
+      any kind when it has no step yet.
   returned: always
   type: dict
 logs_mtime:
@@ -98,12 +104,12 @@ reachable:
   returned: always
   type: dict
 done_ranks:
-  description: Ranks that wrote their final record.
+  description: Ranks that wrote their final record (C(done)), sorted.
   returned: always
   type: list
   elements: int
 now:
-  description: The node's clock when it read the files (heartbeats use the nodes' clocks).
+  description: The node's clock when it read the files; the watch compares the heartbeats' times with it.
   returned: always
   type: float
 """

@@ -17,8 +17,12 @@ description:
   - With O(partition) and O(nodes), judges whether the partition holds every one of the nodes, idle
     (one verdict per node, as preflight writes them), waiting up to O(wait) seconds for nodes that are not idle
     yet (slurmd registering after a restart).
+  - A node the partition holds, idle, passes; a busy one warns (the exclusive job waits); one that is DOWN, DRAINED,
+    not responding or missing fails, with the fix.
   - With O(fail=true), fails when a verdict fails, naming the node, its state, the variable and the fix.
   - Changes nothing; runs in check mode.
+  - The C(slurm) role ends with it, C(slurm_provider=existing) is nothing but it, and preflight's slurm checks use it
+    (C(docs/roles/slurm.md)).
 options:
   partition:
     description: The partition to judge.

@@ -16,18 +16,18 @@ description:
   - An action plugin that runs on the controller against the host that can read the run directory
     (normally the coordinator). It polls M(multinode.deepspeed.run_status) every O(poll_interval) seconds,
     prints a progress line (step/total, loss, tokens/s, samples/s, ETA and every node's heartbeat) every
-    O(progress_interval) seconds, and renews the controller's lease.
+    O(progress_interval) seconds, and renews the controller's lease. C(train.yml) runs it right after starting the
+    agents.
   - When a rank exits non-zero, a node's heartbeat stops for O(heartbeat_timeout) seconds, no rank makes
     progress for O(stall_timeout) seconds, the run outlives O(timeout), or the controller is interrupted
     (Ctrl-C), it writes the abort record that makes
     every node's agent kill the run's processes, and waits until every node reports it stopped.
   - The task never fails by itself; it returns C(status) (C(success) or C(failed)) and the reason, so that
     the play can collect the run's logs before it fails.
+extends_documentation_fragment:
+  - multinode.deepspeed.run_dir
+  - multinode.deepspeed.progress
 options:
-  run_dir:
-    description: The run directory on the watched host.
-    type: path
-    required: true
   nodes:
     description: Every host that runs an agent for this run.
     type: list
@@ -39,19 +39,11 @@ options:
     elements: str
     required: true
   world_size:
-    description: Ranks expected to finish.
+    description: Ranks expected to finish (C(train.yml) sets it for the bundled trainer only).
     type: int
   total_steps:
     description: Steps of the run, for the progress line.
     type: int
-  poll_interval:
-    description: Seconds between two looks at the run.
-    type: float
-    default: 2
-  progress_interval:
-    description: Seconds between two progress lines.
-    type: float
-    default: 10
   heartbeat_timeout:
     description: A node whose agent has not written its heartbeat for this long counts as lost.
     type: float
@@ -94,6 +86,16 @@ options:
       - On Ctrl-C, the watch deletes what the backend created (unless the plan keeps it), since the play's last
         steps do not run then.
     type: dict
+notes:
+  - 'The progress line reads C([<host>] step <n>/<total> | loss <loss> | <t> tok/s | <s> samples/s | eta <s>s |
+    nodes: <host> <state> <age>s, ...), taken from the rank that is furthest behind, or C(starting | nodes: ...)
+    before any rank has written a step.'
+  - It also writes the abort record when an agent has not started within O(start_timeout), or when the launchers
+    exited 0 but some of the O(world_size) ranks never finished. After an abort, from whoever wrote it, it waits until
+    every node with a fresh heartbeat reports C(aborted) or C(finished), at most O(stop_timeout) seconds.
+  - It writes C(control/DONE) when every launcher has finished with exit code 0 (and all O(world_size) ranks
+    finished) while watch-only agents still run, so that they stop too.
+  - On Ctrl-C it writes the abort record, then lets the interrupt end the play.
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
