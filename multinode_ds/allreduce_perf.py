@@ -10,7 +10,7 @@ they join one process group over ``tcp://master-addr:master-port`` (the job's ma
 that an all-reduce returns the right sum, then time all-reduces from ``--min-bytes`` to
 ``--max-bytes`` (doubling, float32).  Global rank 0 writes the raw timings as JSON (the slowest
 rank's mean time per size); the bandwidth arithmetic and the verdict are done on the controller
-(plugins/module_utils/preflight/evaluate.py).  Exit status 0 only when every local rank finished.
+(plugins/module_utils/preflight/bandwidth.py).  Exit status 0 only when every local rank finished.
 """
 
 import argparse
@@ -68,80 +68,122 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def rank_main(args):
+def rank_device(args):
+    """This rank's global rank and its device: the local GPU under nccl, the CPU under gloo."""
     import torch
-    import torch.distributed as dist
 
     rank = args.first_rank + args.local_rank
     device = torch.device("cpu")
     if args.backend == "nccl":
         torch.cuda.set_device(args.local_rank)
         device = torch.device("cuda", args.local_rank)
+    return rank, device
+
+
+def sync(device):
+    """Wait for the device's queued work (a GPU's all-reduces run asynchronously); nothing to wait for on CPU."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def expected_sum(world):
+    """What the probe's elements add up to when every rank contributes rank+1: 1 + 2 + ... + world."""
+    return world * (world + 1) / 2.0
+
+
+def check_sum(rank, world, device):
+    """Correctness first: an all-reduce of every rank's rank+1 must give the same right sum everywhere."""
+    import torch
+    import torch.distributed as dist
+
+    probe = torch.full((1024,), float(rank + 1), dtype=torch.float32, device=device)
+    dist.all_reduce(probe)
+    sync(device)
+    expected = expected_sum(world)
+    if not bool(torch.all(probe == expected)):
+        raise SystemExit("rank %d: all_reduce returned %s, expected %s on every element"
+                         % (rank, probe[:4].tolist(), expected))
+
+
+def time_size(nbytes, device):
+    """The row of one message size: its mean time per all-reduce on the slowest rank (the collective's time)."""
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+    iters = iterations(nbytes)
+    for warm in range(WARMUP):
+        dist.all_reduce(buf)
+    sync(device)
+    dist.barrier()
+    start = time.perf_counter()
+    for timed in range(iters):
+        dist.all_reduce(buf)
+    sync(device)
+    mean = (time.perf_counter() - start) / iters
+    # The slowest rank's time is the collective's time.
+    slowest = torch.tensor([mean], dtype=torch.float64, device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return {"bytes": nbytes, "count": nbytes // 4, "dtype": "float32", "iters": iters,
+            "seconds": float(slowest.item())}
+
+
+def result_doc(args, hosts, device, init_s, results):
+    """The JSON global rank 0 writes: what ran where (every rank's host), the versions, the NCCL/GLOO settings, the timings."""
+    import torch
+
+    nccl = None
+    if args.backend == "nccl":
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return {
+        "label": args.label, "backend": args.backend, "world_size": len(hosts),
+        "nodes": len(set(hosts)), "rank_hosts": hosts, "device": str(device.type),
+        "torch": torch.__version__, "nccl": nccl, "python": platform.python_version(),
+        "init_seconds": round(init_s, 3), "op": "all_reduce", "reduce_op": "sum",
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
+        "results": results,
+    }
+
+
+def write_result(path, doc):
+    """``--out``: the JSON, written whole or not at all (its directory is created)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def rank_main(args):
+    """One rank: join the group, check the sum, time every size; global rank 0 reports the result."""
+    import torch.distributed as dist
+
+    rank, device = rank_device(args)
     t0 = time.time()
     dist.init_process_group(args.backend, init_method="tcp://%s:%d" % (args.master_addr, args.master_port),
                             rank=rank, world_size=args.world_size,
                             timeout=datetime.timedelta(seconds=args.init_timeout))
     world = dist.get_world_size()
-
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    # Correctness first: every rank contributes rank+1, so the sum is world*(world+1)/2 everywhere.
-    probe = torch.full((1024,), float(rank + 1), dtype=torch.float32, device=device)
-    dist.all_reduce(probe)
-    sync()
-    expected = world * (world + 1) / 2.0
-    if not bool(torch.all(probe == expected)):
-        raise SystemExit("rank %d: all_reduce returned %s, expected %s on every element"
-                         % (rank, probe[:4].tolist(), expected))
+    check_sum(rank, world, device)
     init_s = time.time() - t0
 
     results = []
     for nbytes in sizes(args.min_bytes, args.max_bytes):
-        buf = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
-        iters = iterations(nbytes)
-        for warm in range(WARMUP):
-            dist.all_reduce(buf)
-        sync()
-        dist.barrier()
-        start = time.perf_counter()
-        for timed in range(iters):
-            dist.all_reduce(buf)
-        sync()
-        mean = (time.perf_counter() - start) / iters
-        # The slowest rank's time is the collective's time.
-        slowest = torch.tensor([mean], dtype=torch.float64, device=device)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        row = {"bytes": nbytes, "count": nbytes // 4, "dtype": "float32", "iters": iters,
-               "seconds": float(slowest.item())}
+        row = time_size(nbytes, device)
         results.append(row)
         if rank == 0:
-            print("%12d bytes  %3d iters  %10.1f us" % (nbytes, iters, row["seconds"] * 1e6), flush=True)
+            print("%12d bytes  %3d iters  %10.1f us" % (nbytes, row["iters"], row["seconds"] * 1e6), flush=True)
 
     # Every rank's host, so the JSON shows where the ranks really ran.
     hosts = [None] * world
     dist.all_gather_object(hosts, args.node)
     if rank == 0:
-        nccl = None
-        if args.backend == "nccl":
-            nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        doc = {
-            "label": args.label, "backend": args.backend, "world_size": world,
-            "nodes": len(set(hosts)), "rank_hosts": hosts, "device": str(device.type),
-            "torch": torch.__version__, "nccl": nccl, "python": platform.python_version(),
-            "init_seconds": round(init_s, 3), "op": "all_reduce", "reduce_op": "sum",
-            "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
-            "results": results,
-        }
-    if rank == 0 and args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        tmp = args.out + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, args.out)
-    if rank == 0:
+        doc = result_doc(args, hosts, device, init_s, results)
+        if args.out:
+            write_result(args.out, doc)
         # The last line of the master node's output: Ansible reads the result from it (no second round trip).
         print(RESULT_PREFIX + json.dumps(doc, sort_keys=True), flush=True)
     dist.destroy_process_group()

@@ -69,7 +69,7 @@ PROGRESS_EVERY = 10.0
 
 
 def core():
-    """The pure logic (plugins/module_utils/bench/core/core.py): installed next to this file by the stack role as
+    """The pure logic (plugins/module_utils/bench/core.py): installed next to this file by the stack role as
     benchcore.py, or read from the collection's source tree."""
     try:
         from multinode_ds import benchcore
@@ -351,6 +351,8 @@ def clear_stale(run_dir):
 
 
 def run(cfg, run_id, trigger):
+    """One benchmark run under the benchmark directory's lock: the phases, summary.json, the history, report.md;
+    the exit status (0 success, 1 failed, 2 unusable directory or run id taken, 3 another benchmark runs)."""
     bc = core()
     bench_dir = Path(cfg["bench_dir"])
     try:
@@ -369,31 +371,55 @@ def run(cfg, run_id, trigger):
     if (run_dir / "summary.json").exists():
         log("run %s exists already (%s): choose another run id" % (run_id, run_dir))
         return 2
-    started = time.time()
-    summary = {"run_id": run_id, "kind": "benchmark", "trigger": trigger, "status": "running", "error": None,
-               "started": started, "finished": None, "coordinator": socket.gethostname(), "model": cfg["model"],
-               "model_path": cfg["model_path"] or None,
-               "settings": dict((k, cfg[k]) for k in ("samples", "max_new_tokens", "prompt_chars", "prompts_file",
-                                                      "engine", "device", "loadgen", "loadgen_min_duration_ms",
-                                                      "threshold_pct", "single_baseline")),
-               "hosts": cfg["hosts"], "run_dir": str(run_dir)}
-    code = 0
+    summary = new_summary(cfg, run_id, trigger, run_dir)
+    code = run_phases(bc, cfg, run_dir, summary)
+    if code:
+        log("FAILED: %s" % summary["error"])
+    finish_summary(run_dir, summary)
+    recorded, history_text, runs = record_history(bc, cfg, bench_dir, run_dir, summary)
+    if not recorded:
+        code = code or 1
+    (run_dir / "report.md").write_text(bc.markdown(summary))
+    log_outcome(summary, bench_dir, run_dir, history_text, runs)
+    return code
+
+
+def new_summary(cfg, run_id, trigger, run_dir):
+    """The run's summary as it starts: running, with the settings that make runs comparable."""
+    return {"run_id": run_id, "kind": "benchmark", "trigger": trigger, "status": "running", "error": None,
+            "started": time.time(), "finished": None, "coordinator": socket.gethostname(), "model": cfg["model"],
+            "model_path": cfg["model_path"] or None,
+            "settings": dict((k, cfg[k]) for k in ("samples", "max_new_tokens", "prompt_chars", "prompts_file",
+                                                   "engine", "device", "loadgen", "loadgen_min_duration_ms",
+                                                   "threshold_pct", "single_baseline")),
+            "hosts": cfg["hosts"], "run_dir": str(run_dir)}
+
+
+def prepare_run(bc, cfg, run_dir, run_id):
+    """The run directory, cleared of a dead run's leftovers, and the work file the workers read: (its path, the plan)."""
+    for sub in ("logs", "slots", "ready", "progress", "loadgen"):
+        (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    clear_stale(run_dir)
     try:
-        for sub in ("logs", "slots", "ready", "progress", "loadgen"):
-            (run_dir / sub).mkdir(parents=True, exist_ok=True)
-        clear_stale(run_dir)
-        try:
-            plan = bc.assign(cfg["hosts"], cfg["samples"])
-        except bc.BenchError as exc:
-            raise Failed(str(exc))
-        work = run_dir / "work.json"
-        write_json(work, {"run_id": run_id, "out_dir": str(run_dir), "model": cfg["model"],
-                          "model_path": cfg["model_path"], "engine": cfg["engine"], "device": cfg["device"],
-                          "max_new_tokens": cfg["max_new_tokens"], "loadgen": cfg["loadgen"],
-                          "loadgen_min_duration_ms": cfg["loadgen_min_duration_ms"],
-                          "start_timeout_s": cfg["start_timeout_s"], "prompts": make_prompts(cfg),
-                          "phases": {"single": plan["single"], "parallel": plan["parallel"]}})
-        deadline = started + cfg["timeout_s"]
+        plan = bc.assign(cfg["hosts"], cfg["samples"])
+    except bc.BenchError as exc:
+        raise Failed(str(exc))
+    work = run_dir / "work.json"
+    write_json(work, {"run_id": run_id, "out_dir": str(run_dir), "model": cfg["model"],
+                      "model_path": cfg["model_path"], "engine": cfg["engine"], "device": cfg["device"],
+                      "max_new_tokens": cfg["max_new_tokens"], "loadgen": cfg["loadgen"],
+                      "loadgen_min_duration_ms": cfg["loadgen_min_duration_ms"],
+                      "start_timeout_s": cfg["start_timeout_s"], "prompts": make_prompts(cfg),
+                      "phases": {"single": plan["single"], "parallel": plan["parallel"]}})
+    return work, plan
+
+
+def run_phases(bc, cfg, run_dir, summary):
+    """The single phase (unless turned off) and the parallel one, aggregated into ``summary``: 0, or 1 with the
+    reason in summary["error"] (every failure is recorded)."""
+    try:
+        work, plan = prepare_run(bc, cfg, run_dir, summary["run_id"])
+        deadline = summary["started"] + cfg["timeout_s"]
         single = None
         if cfg["single_baseline"]:
             single = run_phase(cfg, run_dir, work, "single", plan["single"], deadline)[0]
@@ -408,18 +434,29 @@ def run(cfg, run_id, trigger):
         summary["status"] = "failed"
         summary["error"] = str(exc) if isinstance(exc, (Failed, bc.BenchError)) else "%s: %s" % (
             type(exc).__name__, exc)
-        code = 1
+        return 1
     except KeyboardInterrupt:
         summary["status"] = "failed"
         summary["error"] = "interrupted (Ctrl-C)"
-        code = 1
-    if code:
-        log("FAILED: %s" % summary["error"])
+        return 1
+    return 0
+
+
+def finish_summary(run_dir, summary):
+    """The run's end, its wall time and its node logs into summary.json: the run's own record, written first."""
     summary["finished"] = time.time()
-    summary["wall_s"] = round(summary["finished"] - started, 2)
+    summary["wall_s"] = round(summary["finished"] - summary["started"], 2)
     summary["node_logs"] = sorted(os.path.relpath(p, run_dir) for p in glob.glob(str(run_dir / "logs" / "*.log")))
     # The run's own record first: a history that cannot be read or written does not lose it.
     write_json(run_dir / "summary.json", summary)
+
+
+def record_history(bc, cfg, bench_dir, run_dir, summary):
+    """Append the run to the history under its lock, a successful run judged first against the comparable runs
+    before it (its regressions go into summary.json), and rewrite the history report.
+
+    (whether the history was updated, the history report's text, the runs it holds now).
+    """
     jsonl = history_paths(bench_dir)[0]
     history_text = ""
     previous = []
@@ -437,18 +474,26 @@ def run(cfg, run_id, trigger):
             history_text = write_history_report(bench_dir, cfg["threshold_pct"])
     except (OSError, BadSettings) as exc:
         log("the history %s was not updated: %s" % (jsonl, exc))
-        code = code or 1
-    (run_dir / "report.md").write_text(bc.markdown(summary))
+        return False, history_text, len(previous) + 1
+    return True, history_text, len(previous) + 1
+
+
+def flagged_metrics(summary):
+    """The metrics whose drop against the median of the previous runs is past the threshold."""
+    return [r["metric"] for r in summary.get("regressions") or [] if r["flagged"]]
+
+
+def log_outcome(summary, bench_dir, run_dir, history_text, runs):
+    """The run's last lines: its headline and flagged drops when it succeeded, where its summary is, the history."""
     if summary["status"] == "success":
         log(headline_line(summary))
-        flagged = [r["metric"] for r in summary.get("regressions") or [] if r["flagged"]]
+        flagged = flagged_metrics(summary)
         if flagged:
             log("REGRESSION against the median of the previous runs: %s (history: %s)"
                 % (", ".join(flagged), bench_dir / "history.md"))
     log("summary: %s" % (run_dir / "summary.json"))
     if history_text:
-        log("history (%d run(s)):\n%s" % (len(previous) + 1, history_text))
-    return code
+        log("history (%d run(s)):\n%s" % (runs, history_text))
 
 
 def loadgen_results(bc, parallel):

@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from . import checkpoints
 from . import data as data_mod
@@ -97,7 +98,7 @@ def plan(args) -> dict:
     resume = None
     if args.resume:
         try:
-            resume = checkpoints.choose(args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints"))
+            resume = checkpoints.choose(checkpoint_dir(args))
         except checkpoints.CheckpointError as exc:
             raise PlanError(str(exc)) from None
         if resume["step"] >= args.steps:
@@ -117,6 +118,11 @@ def plan(args) -> dict:
             f"gradients and optimizer states over {args.world_size} ranks, but a rank has {args.memory_gib:.1f} GiB. "
             f"Fix: use a smaller model (-e model=llama-tiny on CPU nodes) or more ranks or GPUs.")
     return out
+
+
+def checkpoint_dir(args) -> str:
+    """Where the run's checkpoints are: ``--checkpoint-dir``, else ``<run-dir>/checkpoints``."""
+    return args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
 
 
 class MetricsWriter:
@@ -192,15 +198,29 @@ def process_start_time() -> float:
         return time.time()
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.dry_run:
-        try:
-            print(json.dumps(plan(args), sort_keys=True))
-        except (PlanError, ValueError) as exc:
-            print(f"multinode_ds: {exc}", file=sys.stderr)
-            return 2
-        return 0
+def dry_run(args) -> int:
+    """``--dry-run``: print the plan as JSON (exit 0), or why the run cannot work (exit 2); nothing is trained."""
+    try:
+        print(json.dumps(plan(args), sort_keys=True))
+    except (PlanError, ValueError) as exc:
+        print(f"multinode_ds: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class Ranks(NamedTuple):
+    """Where this process trains: its rank among the run's ranks, its node and its device."""
+
+    rank: int
+    world: int
+    local_rank: int
+    host: str
+    on_cpu: bool
+    device: Any
+
+
+def join_ranks(run_dir) -> Ranks:
+    """Join the run's process group (gloo on CPU, the accelerator's own backend otherwise) and take this rank's device."""
     import deepspeed
     import torch
     import torch.distributed as dist
@@ -211,114 +231,212 @@ def main(argv=None) -> int:
     deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accel.communication_backend_name())
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    host = node_name(args.run_dir)
+    host = node_name(run_dir)
     if not on_cpu:
         accel.set_device(local_rank)
     device = torch.device("cpu") if on_cpu else torch.device(accel.device_name(local_rank))
+    return Ranks(rank, world, local_rank, host, on_cpu, device)
 
-    spec = get_spec(args.model)
-    model, tokenizer = load_model_and_tokenizer(spec, args)
+
+def training_texts(args) -> list:
+    """The documents to train on: the Hugging Face dataset, else the ``--data`` files, else the bundled corpus."""
     if args.dataset:
-        docs = data_mod.hf_dataset_texts(args.dataset)
-    elif args.data:
-        docs = data_mod.read_texts(args.data)
-    else:
-        docs = [d for d in data_mod.bundled_corpus().split("\n\n") if d.strip()]
-    blocks = data_mod.make_blocks(docs, tokenizer, args.seq_len)
+        return data_mod.hf_dataset_texts(args.dataset)
+    if args.data:
+        return data_mod.read_texts(args.data)
+    return [d for d in data_mod.bundled_corpus().split("\n\n") if d.strip()]
 
-    n_params = sum(p.numel() for p in model.parameters())
+
+def device_capabilities(args, ranks) -> tuple:
+    """(memory per device in GiB, bf16 support): the options as given, where a GPU fills in what they leave open."""
+    import torch
+
     memory_gib, bf16 = args.device_memory_gib, args.bf16
-    if not on_cpu and torch.cuda.is_available():
+    if not ranks.on_cpu and torch.cuda.is_available():
         # What the device really has, unless the user said otherwise.
         if memory_gib is None:
-            memory_gib = torch.cuda.get_device_properties(local_rank).total_memory / dsc.GIB
+            memory_gib = torch.cuda.get_device_properties(ranks.local_rank).total_memory / dsc.GIB
         bf16 = bf16 or torch.cuda.is_bf16_supported()
-    config = dsc.generate(n_params, world, accelerator="cpu" if on_cpu else "gpu",
+    return memory_gib, bf16
+
+
+def deepspeed_config(args, ranks, n_params) -> dict:
+    """The DeepSpeed config generated for the model, the ranks and their devices, with ``--ds-config`` merged over it."""
+    memory_gib, bf16 = device_capabilities(args, ranks)
+    config = dsc.generate(n_params, ranks.world, accelerator="cpu" if ranks.on_cpu else "gpu",
                           device_memory_gib=memory_gib, bf16_capable=bf16,
                           micro_batch=args.micro_batch, run_dir=args.run_dir)
     if args.ds_config:
         config = dsc.merge(config, dsc.load_override(args.ds_config))
+    return config
+
+
+def deepspeed_builds_optimizer(config) -> bool:
+    """Whether DeepSpeed builds the optimizer: the config offloads it (ZeRO-Offload's CPU optimizer) or names one."""
+    return "offload_optimizer" in config.get("zero_optimization", {}) or "optimizer" in config
+
+
+def describe_optimizer(config, lr, warmup) -> dict:
+    """The trainer's AdamW and linear warmup in DeepSpeed's terms, where the config names none of its own."""
+    config.setdefault("optimizer", {"type": "AdamW", "params": {
+        "lr": lr, "betas": [0.9, 0.95], "weight_decay": 0.01}})
+    config.setdefault("scheduler", {"type": "WarmupLR", "params": {
+        "warmup_min_lr": 0, "warmup_max_lr": lr, "warmup_num_steps": warmup}})
+    return config
+
+
+def build_engine(args, model, config):
+    """The DeepSpeed engine around ``model``: DeepSpeed's optimizer where the config wants it, else torch's AdamW
+    with a linear warmup over ``--warmup`` steps."""
+    import deepspeed
+    import torch
 
     if "activation_checkpointing" in config and hasattr(model, "gradient_checkpointing_enable"):
         model.gradient_checkpointing_enable()
     warmup = max(1, args.warmup)
-    if "offload_optimizer" in config.get("zero_optimization", {}) or "optimizer" in config:
+    if deepspeed_builds_optimizer(config):
         # ZeRO-Offload wants DeepSpeed's own CPU optimizer: describe it in the config.
-        config.setdefault("optimizer", {"type": "AdamW", "params": {
-            "lr": args.lr, "betas": [0.9, 0.95], "weight_decay": 0.01}})
-        config.setdefault("scheduler", {"type": "WarmupLR", "params": {
-            "warmup_min_lr": 0, "warmup_max_lr": args.lr, "warmup_num_steps": warmup}})
-        engine = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)[0]
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
-        engine = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
-                                      config=config)[0]
-    if rank == 0:
+        describe_optimizer(config, args.lr, warmup)
+        return deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup))
+    return deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler,
+                                config=config)[0]
+
+
+def build_training(args, ranks) -> tuple:
+    """The model, its data cut into blocks and the engine around them: (spec, parameters, blocks, engine).
+
+    Rank 0 keeps the DeepSpeed config the run has in ``<run-dir>/ds_config.json``.
+    """
+    spec = get_spec(args.model)
+    model, tokenizer = load_model_and_tokenizer(spec, args)
+    blocks = data_mod.make_blocks(training_texts(args), tokenizer, args.seq_len)
+    n_params = sum(p.numel() for p in model.parameters())
+    config = deepspeed_config(args, ranks, n_params)
+    engine = build_engine(args, model, config)
+    if ranks.rank == 0:
         with open(Path(args.run_dir) / "ds_config.json", "w", encoding="utf-8") as fh:
             json.dump(config, fh, indent=2, sort_keys=True)
-    ckpt_dir = args.checkpoint_dir or str(Path(args.run_dir) / "checkpoints")
-    start_step = 0
-    resumed = None
-    if args.resume:
-        # The same choice as the dry run's: latest when it is whole, else the newest whole tag.
-        resumed = checkpoints.choose(ckpt_dir)
-        if rank == 0:
-            for skip in resumed["skipped"]:
-                print(f"multinode_ds: skipping checkpoint {skip['tag']}: {skip['why']}", flush=True)
-        load_path, client = engine.load_checkpoint(ckpt_dir, tag=resumed["tag"])
-        if load_path is None:
-            raise RuntimeError(f"DeepSpeed could not load checkpoint {resumed['tag']} from {ckpt_dir}")
-        start_step = int((client or {}).get("step", resumed["step"]))
-        if rank == 0:
-            print(f"multinode_ds: resumed from {load_path} at step {start_step}", flush=True)
+    return spec, n_params, blocks, engine
 
-    metrics = MetricsWriter(args.run_dir, rank)
-    metrics.write({"event": "start", "rank": rank, "local_rank": local_rank, "world_size": world, "host": host,
-                   "machine": socket.gethostname(),
-                   "model": spec.name, "n_params": n_params, "start_step": start_step, "time": time.time(),
-                   "resumed_from": resumed and resumed["tag"],
-                   "skipped_checkpoints": resumed and resumed["skipped"],
-                   "process_start": process_start_time()})
+
+def resume_checkpoint(args, engine, ckpt_dir, rank) -> tuple:
+    """With ``--resume``, load the checkpoint the dry run chose too: (the step to go on from, the choice);
+    without it, (0, None)."""
+    if not args.resume:
+        return 0, None
+    # The same choice as the dry run's: latest when it is whole, else the newest whole tag.
+    resumed = checkpoints.choose(ckpt_dir)
     if rank == 0:
-        print(f"multinode_ds: training {spec.name} ({n_params / 1e6:.2f}M params) on {world} ranks, "
-              f"steps {start_step}..{args.steps}", flush=True)
-    tokens_per_step = args.micro_batch * args.seq_len * world
-    t_start = time.time()
+        for skip in resumed["skipped"]:
+            print(f"multinode_ds: skipping checkpoint {skip['tag']}: {skip['why']}", flush=True)
+    load_path, client = engine.load_checkpoint(ckpt_dir, tag=resumed["tag"])
+    if load_path is None:
+        raise RuntimeError(f"DeepSpeed could not load checkpoint {resumed['tag']} from {ckpt_dir}")
+    start_step = int((client or {}).get("step", resumed["step"]))
+    if rank == 0:
+        print(f"multinode_ds: resumed from {load_path} at step {start_step}", flush=True)
+    return start_step, resumed
+
+
+def start_record(ranks, model, n_params, start_step, resumed) -> dict:
+    """The metrics line a rank writes before its first step: where it runs, what it trains, where it starts."""
+    return {"event": "start", "rank": ranks.rank, "local_rank": ranks.local_rank, "world_size": ranks.world,
+            "host": ranks.host, "machine": socket.gethostname(),
+            "model": model, "n_params": n_params, "start_step": start_step, "time": time.time(),
+            "resumed_from": resumed and resumed["tag"],
+            "skipped_checkpoints": resumed and resumed["skipped"],
+            "process_start": process_start_time()}
+
+
+def step_record(args, ranks, done, loss, loss_local, lr, step_time) -> dict:
+    """The metrics line of step ``done`` (counted from 1): the loss averaged over the ranks, this rank's, the rates."""
+    tokens_per_step = args.micro_batch * args.seq_len * ranks.world
+    return {
+        "event": "step", "step": done, "total_steps": args.steps, "loss": loss,
+        "loss_local": loss_local, "lr": lr, "step_time": step_time,
+        "samples_per_sec": args.micro_batch * ranks.world / step_time, "tokens_per_sec": tokens_per_step / step_time,
+        "rank": ranks.rank, "local_rank": ranks.local_rank, "world_size": ranks.world, "host": ranks.host,
+        "time": time.time(),
+    }
+
+
+def progress_due(done, steps, every) -> bool:
+    """Whether rank 0 prints a progress line after ``done`` steps: every ``every`` steps, and after the last."""
+    return done % every == 0 or done == steps
+
+
+def progress_line(rec, elapsed, steps_run) -> str:
+    """Rank 0's progress line after a step: the time left is the pace of the ``steps_run`` so far."""
+    eta = elapsed / steps_run * (rec["total_steps"] - rec["step"])
+    return (f"multinode_ds: step {rec['step']}/{rec['total_steps']} loss {rec['loss']:.4f} "
+            f"{rec['tokens_per_sec']:.0f} tok/s eta {eta:.0f}s")
+
+
+def checkpoint_due(done, steps, interval) -> bool:
+    """Whether to checkpoint after ``done`` steps: every ``interval`` steps (0: never); the last step's is the final save."""
+    return bool(interval) and done % interval == 0 and done < steps
+
+
+def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_start) -> float:
+    """Train from ``start_step`` to ``--steps``: a metrics line per step, rank 0's progress lines, the checkpoints
+    every ``--save-interval`` steps; the last loss averaged over the ranks (NaN when no step ran)."""
+    import torch
+    import torch.distributed as dist
+
     loss_val = float("nan")
     for step in range(start_step, args.steps):
-        batch = data_mod.rank_batches(blocks, rank, world, args.micro_batch, args.seed, step)
-        ids = torch.tensor(batch, dtype=torch.long, device=device)
+        batch = data_mod.rank_batches(blocks, ranks.rank, ranks.world, args.micro_batch, args.seed, step)
+        ids = torch.tensor(batch, dtype=torch.long, device=ranks.device)
         t0 = time.time()
         out = engine(input_ids=ids, labels=ids)
         engine.backward(out.loss)
         engine.step()
         mean_loss = out.loss.detach().float().clone()
         dist.all_reduce(mean_loss)
-        loss_val = mean_loss.item() / world
+        loss_val = mean_loss.item() / ranks.world
         dt = time.time() - t0
-        rec = {
-            "event": "step", "step": step + 1, "total_steps": args.steps, "loss": loss_val,
-            "loss_local": out.loss.item(), "lr": engine.get_lr()[0], "step_time": dt,
-            "samples_per_sec": args.micro_batch * world / dt, "tokens_per_sec": tokens_per_step / dt,
-            "rank": rank, "local_rank": local_rank, "world_size": world, "host": host, "time": time.time(),
-        }
+        rec = step_record(args, ranks, step + 1, loss_val, out.loss.item(), engine.get_lr()[0], dt)
         metrics.write(rec)
-        if rank == 0 and ((step + 1) % args.print_every == 0 or step + 1 == args.steps):
-            eta = (time.time() - t_start) / (step + 1 - start_step) * (args.steps - step - 1)
-            print(f"multinode_ds: step {step + 1}/{args.steps} loss {loss_val:.4f} "
-                  f"{rec['tokens_per_sec']:.0f} tok/s eta {eta:.0f}s", flush=True)
-        if args.save_interval and (step + 1) % args.save_interval == 0 and step + 1 < args.steps:
+        if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
+            print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
+        if checkpoint_due(step + 1, args.steps, args.save_interval):
             engine.save_checkpoint(ckpt_dir, tag=f"step{step + 1}", client_state={"step": step + 1})
+    return loss_val
+
+
+def train(args) -> int:
+    """Train on this rank: join the ranks, build the engine, resume, run the steps, save, write the final records."""
+    import torch.distributed as dist
+
+    ranks = join_ranks(args.run_dir)
+    spec, n_params, blocks, engine = build_training(args, ranks)
+    ckpt_dir = checkpoint_dir(args)
+    start_step, resumed = resume_checkpoint(args, engine, ckpt_dir, ranks.rank)
+    metrics = MetricsWriter(args.run_dir, ranks.rank)
+    metrics.write(start_record(ranks, spec.name, n_params, start_step, resumed))
+    if ranks.rank == 0:
+        print(f"multinode_ds: training {spec.name} ({n_params / 1e6:.2f}M params) on {ranks.world} ranks, "
+              f"steps {start_step}..{args.steps}", flush=True)
+    t_start = time.time()
+    loss_val = run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_start)
     if args.steps > start_step:
         engine.save_checkpoint(ckpt_dir, tag=f"step{args.steps}", client_state={"step": args.steps})
-    metrics.write({"event": "done", "rank": rank, "host": host, "steps": args.steps, "final_loss": loss_val,
+    metrics.write({"event": "done", "rank": ranks.rank, "host": ranks.host, "steps": args.steps, "final_loss": loss_val,
                    "wall_time": time.time() - t_start, "time": time.time()})
     metrics.close()
     dist.barrier()
-    print(f"multinode_ds: rank {rank} on {host} finished {args.steps} steps", flush=True)
+    print(f"multinode_ds: rank {ranks.rank} on {ranks.host} finished {args.steps} steps", flush=True)
     dist.destroy_process_group()
     return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.dry_run:
+        return dry_run(args)
+    return train(args)
 
 
 if __name__ == "__main__":

@@ -405,23 +405,23 @@ def format_history(entries, threshold_pct=10.0):
     return "\n".join(lines)
 
 
-def markdown(summary, plots=None):
-    """report.md of one benchmark run: settings, totals, nodes, slots, latency, efficiency, LoadGen."""
-    agg = summary.get("aggregate") or {}
-    total = agg.get("total") or {}
-    lines = ["# Benchmark %s" % summary.get("run_id"), "",
-             "- status: **%s**%s" % (summary.get("status"),
-                                     (" - " + summary["error"]) if summary.get("error") else ""),
-             "- model: %s; engine: %s (%s)" % (summary.get("model"), ", ".join(agg.get("engines") or []) or "-",
-                                               summary.get("engine_reason") or "-"),
-             "- samples: %s, max new tokens: %s, trigger: %s" % (
-                 (summary.get("settings") or {}).get("samples"), (summary.get("settings") or {}).get("max_new_tokens"),
-                 summary.get("trigger")), ""]
-    if not total:
-        return "\n".join(lines) + "\n"
-    lines += ["## Throughput", "",
-              "| | slots | samples | samples/s | tokens/s | prompt tok/s | generation tok/s |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
+def _report_head(summary, agg):
+    """report.md's title and the run's status, model, engine and settings."""
+    return ["# Benchmark %s" % summary.get("run_id"), "",
+            "- status: **%s**%s" % (summary.get("status"),
+                                    (" - " + summary["error"]) if summary.get("error") else ""),
+            "- model: %s; engine: %s (%s)" % (summary.get("model"), ", ".join(agg.get("engines") or []) or "-",
+                                              summary.get("engine_reason") or "-"),
+            "- samples: %s, max new tokens: %s, trigger: %s" % (
+                (summary.get("settings") or {}).get("samples"), (summary.get("settings") or {}).get("max_new_tokens"),
+                summary.get("trigger")), ""]
+
+
+def _report_throughput(agg, total):
+    """The rates per node with the total, then per slot."""
+    lines = ["## Throughput", "",
+             "| | slots | samples | samples/s | tokens/s | prompt tok/s | generation tok/s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for host in sorted(agg.get("nodes") or {}):
         n = agg["nodes"][host]
         lines.append("| %s | %d | %d | %s | %s | %s | %s |" % (
@@ -436,12 +436,21 @@ def markdown(summary, plots=None):
         lines.append("| %s | %s | %s | %s | %s | %d | %s | %s | %s |" % (
             r["slot"], r["host"], r["local_slot"], r["engine"], r["device"], r["samples"], _num(r["wall_s"]),
             _num(r["samples_per_s"]), _num(r["tokens_per_s"])))
+    return lines
+
+
+def _report_latency(agg):
+    """The latency percentiles per sample."""
     lat = agg.get("latency") or {}
-    lines += ["", "## Latency per sample", "", "p50 %s s, p90 %s s, p99 %s s over %s samples" % (
+    return ["", "## Latency per sample", "", "p50 %s s, p90 %s s, p99 %s s over %s samples" % (
         _num(lat.get("latency_p50_s")), _num(lat.get("latency_p90_s")), _num(lat.get("latency_p99_s")),
         lat.get("samples"))]
+
+
+def _report_scaling(agg, total):
+    """The scaling efficiency against one slot alone (when it ran), and the end-to-end rate."""
     single = agg.get("single")
-    lines += ["", "## Scaling", ""]
+    lines = ["", "## Scaling", ""]
     if single:
         lines.append("One slot alone (%s, same %d samples): %s samples/s. Total %s samples/s over %d slots: "
                      "scaling efficiency %s = %s / (%d x %s)." % (
@@ -456,8 +465,12 @@ def markdown(summary, plots=None):
                       total["samples"], _num(total["elapsed_s"]), _num(total["samples_per_s_end_to_end"]),
                       (", efficiency %s" % _num(agg.get("scaling_efficiency_end_to_end")))
                       if agg.get("scaling_efficiency_end_to_end") else "")]
-    lg = summary.get("loadgen") or {}
-    lines += ["", "## MLPerf LoadGen (Offline)", ""]
+    return lines
+
+
+def _report_loadgen(lg):
+    """LoadGen's verdict and its reasons, or why it was not used."""
+    lines = ["", "## MLPerf LoadGen (Offline)", ""]
     if lg.get("used"):
         lines.append("Result: **%s**, %s samples/s (sum over the slots)."
                      % (lg.get("result"), _num(lg.get("samples_per_s"))))
@@ -465,16 +478,33 @@ def markdown(summary, plots=None):
             lines.append("- %s" % reason)
     else:
         lines.append("Not used: %s" % (lg.get("reason") or "mlperf_loadgen is not installed on the workers"))
-    regs = summary.get("regressions") or []
+    return lines
+
+
+def _report_history(regs):
+    """The drops flagged against the history's median; nothing when the run was not judged against it."""
+    if not regs:
+        return []
+    lines = ["", "## Against the history", ""]
     flagged = [r for r in regs if r.get("flagged")]
-    if regs:
-        lines += ["", "## Against the history", ""]
-        if flagged:
-            for r in flagged:
-                lines.append("- **REGRESSION** %s: %s vs median %s (%+.1f%%)" % (
-                    r["metric"], _num(r["value"]), _num(r["median"]), r["change_pct"]))
-        else:
-            lines.append("No drop beyond the threshold against the median of %d previous run(s)." % regs[0]["runs"])
+    if flagged:
+        for r in flagged:
+            lines.append("- **REGRESSION** %s: %s vs median %s (%+.1f%%)" % (
+                r["metric"], _num(r["value"]), _num(r["median"]), r["change_pct"]))
+    else:
+        lines.append("No drop beyond the threshold against the median of %d previous run(s)." % regs[0]["runs"])
+    return lines
+
+
+def markdown(summary, plots=None):
+    """report.md of one benchmark run: settings, totals, nodes, slots, latency, efficiency, LoadGen."""
+    agg = summary.get("aggregate") or {}
+    total = agg.get("total") or {}
+    lines = _report_head(summary, agg)
+    if not total:
+        return "\n".join(lines) + "\n"
+    lines += _report_throughput(agg, total) + _report_latency(agg) + _report_scaling(agg, total)
+    lines += _report_loadgen(summary.get("loadgen") or {}) + _report_history(summary.get("regressions") or [])
     for path in plots or []:
         lines += ["", "![%s](%s)" % (os.path.basename(path), path)]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""The trainer's parts (multinode_ds/train.py): its data, its DeepSpeed config and optimizer, the resume, the
+records of each step, when it prints and saves; and a real run on one CPU rank."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from multinode_ds import train
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def args(*argv):
+    return train.parse_args(["--run-dir", "/shared/runs/r1", *argv])
+
+
+def ranks(rank=0, world=2, on_cpu=True):
+    return train.Ranks(rank=rank, world=world, local_rank=rank % 2, host="gpu-a1", on_cpu=on_cpu, device="cpu")
+
+
+def test_the_data_is_the_files_given_else_the_bundled_corpus(tmp_path):
+    (tmp_path / "a.txt").write_text("first document\n\nsecond document\n")
+    assert train.training_texts(args("--data", str(tmp_path / "a.txt"))) == ["first document", "second document"]
+    bundled = train.training_texts(args())
+    assert len(bundled) > 1 and all(doc.strip() for doc in bundled)
+
+
+def test_the_dataset_comes_first(monkeypatch):
+    monkeypatch.setattr(train.data_mod, "hf_dataset_texts", lambda spec: ["from " + spec])
+    assert train.training_texts(args("--dataset", "wikitext:train", "--data", "/x.txt")) == ["from wikitext:train"]
+
+
+def test_on_cpu_the_device_options_are_taken_as_given():
+    assert train.device_capabilities(args(), ranks()) == (None, False)
+    assert train.device_capabilities(args("--device-memory-gib", "40", "--bf16"), ranks()) == (40.0, True)
+
+
+def test_the_generated_config_with_the_users_merged_over_it(tmp_path):
+    config = train.deepspeed_config(args("--micro-batch", "2"), ranks(), 107520)
+    assert config["zero_optimization"] == {"stage": 1} and config["train_micro_batch_size_per_gpu"] == 2
+    assert "optimizer" not in config and not train.deepspeed_builds_optimizer(config)
+    user = tmp_path / "ds.json"
+    user.write_text(json.dumps({"zero_optimization": {"stage": 2}, "optimizer": {"type": "Adam"}}))
+    config = train.deepspeed_config(args("--ds-config", str(user)), ranks(), 107520)
+    assert config["zero_optimization"] == {"stage": 2} and config["optimizer"] == {"type": "Adam"}
+    assert config["train_micro_batch_size_per_gpu"] == 4 and train.deepspeed_builds_optimizer(config)
+
+
+def test_deepspeed_builds_the_optimizer_when_it_is_offloaded():
+    assert train.deepspeed_builds_optimizer({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}})
+    assert not train.deepspeed_builds_optimizer({"zero_optimization": {"stage": 3}})
+
+
+def test_the_optimizer_described_unless_the_config_names_one():
+    config = train.describe_optimizer({}, 3e-4, 5)
+    assert config == {"optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+                      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4,
+                                                                   "warmup_num_steps": 5}}}
+    mine = {"optimizer": {"type": "Lamb"}}
+    assert train.describe_optimizer(mine, 1e-3, 1)["optimizer"] == {"type": "Lamb"}
+    assert mine["scheduler"]["params"]["warmup_max_lr"] == 1e-3
+
+
+def test_the_checkpoint_directory():
+    assert train.checkpoint_dir(args()) == "/shared/runs/r1/checkpoints"
+    assert train.checkpoint_dir(args("--checkpoint-dir", "/ckpt")) == "/ckpt"
+
+
+class FakeEngine:
+    def __init__(self, load_path, client):
+        self.loaded = []
+        self.answer = (load_path, client)
+
+    def load_checkpoint(self, ckpt_dir, tag):
+        self.loaded.append((ckpt_dir, tag))
+        return self.answer
+
+
+def whole_tag(root, name):
+    (root / name).mkdir(parents=True)
+    for f in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"):
+        with zipfile.ZipFile(root / name / f, "w") as z:
+            z.writestr("archive/data.pkl", b"x" * 2000)
+
+
+def test_resume_loads_the_chosen_tag_and_goes_on_from_its_step(tmp_path, capsys):
+    assert train.resume_checkpoint(args(), FakeEngine(None, None), str(tmp_path), 0) == (0, None)
+    whole_tag(tmp_path, "step4")
+    (tmp_path / "latest").write_text("step6")
+    engine = FakeEngine(str(tmp_path / "step4"), {"step": 4})
+    start, resumed = train.resume_checkpoint(args("--resume"), engine, str(tmp_path), 0)
+    assert start == 4 and resumed["tag"] == "step4" and engine.loaded == [(str(tmp_path), "step4")]
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("multinode_ds: skipping checkpoint step6: ")
+    assert out[1] == "multinode_ds: resumed from %s at step 4" % (tmp_path / "step4")
+    # Without the client state, the tag's step; other ranks print nothing.
+    assert train.resume_checkpoint(args("--resume"), FakeEngine("p", None), str(tmp_path), 1)[0] == 4
+    assert capsys.readouterr().out == ""
+    with pytest.raises(RuntimeError, match="could not load checkpoint step4 from"):
+        train.resume_checkpoint(args("--resume"), FakeEngine(None, None), str(tmp_path), 1)
+
+
+def test_the_start_and_step_records():
+    rec = train.start_record(ranks(rank=1), "llama-tiny", 107520, 4, {"tag": "step4", "skipped": []})
+    assert rec["event"] == "start" and rec["rank"] == 1 and rec["local_rank"] == 1 and rec["world_size"] == 2
+    assert rec["host"] == "gpu-a1" and rec["machine"] == socket.gethostname() and rec["start_step"] == 4
+    assert rec["resumed_from"] == "step4" and rec["skipped_checkpoints"] == [] and rec["process_start"] <= rec["time"]
+    assert train.start_record(ranks(), "llama-tiny", 1, 0, None)["resumed_from"] is None
+    rec = train.step_record(args("--steps", "10", "--micro-batch", "4", "--seq-len", "64"), ranks(), 3, 2.5, 2.4,
+                            1e-3, 0.5)
+    assert {k: rec[k] for k in ("event", "step", "total_steps", "loss", "loss_local", "lr", "step_time")} == {
+        "event": "step", "step": 3, "total_steps": 10, "loss": 2.5, "loss_local": 2.4, "lr": 1e-3, "step_time": 0.5}
+    assert rec["samples_per_sec"] == 16.0 and rec["tokens_per_sec"] == 1024.0 and rec["host"] == "gpu-a1"
+
+
+@pytest.mark.parametrize("done,expected", [(1, False), (5, True), (7, False), (10, True), (12, True)])
+def test_progress_every_n_steps_and_at_the_last(done, expected):
+    assert train.progress_due(done, 12, 5) is expected
+
+
+@pytest.mark.parametrize("done,interval,expected", [(4, 2, True), (3, 2, False), (10, 2, False), (4, 0, False)])
+def test_checkpoints_every_interval_but_not_the_last(done, interval, expected):
+    assert train.checkpoint_due(done, 10, interval) is expected
+
+
+def test_the_progress_line_and_its_time_left():
+    rec = {"step": 6, "total_steps": 10, "loss": 2.345678, "tokens_per_sec": 1234.4}
+    # Two steps run in 4 s since a resume at step 4: 2 s a step, 4 steps left.
+    assert train.progress_line(rec, 4.0, 2) == "multinode_ds: step 6/10 loss 2.3457 1234 tok/s eta 8s"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trainer(run_dir, *argv):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DS_ACCELERATOR="cpu", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), CROSS_RANK="0", CROSS_SIZE="1")
+    return subprocess.run([sys.executable, "-m", "multinode_ds.train", "--run-dir", str(run_dir), "--seq-len", "32",
+                           *argv], env=env, capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_a_real_run_on_one_cpu_rank(tmp_path):
+    pytest.importorskip("deepspeed")
+    (tmp_path / "hostfile").write_text("node-a slots=1\n")
+    proc = trainer(tmp_path, "--steps", "3", "--save-interval", "2", "--print-every", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("multinode_ds:")]
+    assert lines[0] == "multinode_ds: training llama-tiny (0.11M params) on 1 ranks, steps 0..3"
+    assert lines[1].startswith("multinode_ds: step 2/3 loss ") and lines[2].startswith("multinode_ds: step 3/3 loss ")
+    assert lines[3] == "multinode_ds: rank 0 on node-a finished 3 steps" and len(lines) == 4
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step*")) == ["step2", "step3"]
+    assert (tmp_path / "checkpoints" / "latest").read_text() == "step3"
+    assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"] == {"stage": 1}
+    records = [json.loads(x) for x in (tmp_path / "metrics" / "rank0.jsonl").read_text().splitlines()]
+    assert [(r["event"], r.get("step")) for r in records] == [
+        ("start", None), ("step", 1), ("step", 2), ("step", 3), ("done", None)]
+    assert records[0]["start_step"] == 0 and records[0]["resumed_from"] is None and records[0]["host"] == "node-a"
+    assert records[-1]["steps"] == 3 and records[-1]["final_loss"] == records[-2]["loss"]
+    assert records[1]["tokens_per_sec"] == pytest.approx(4 * 32 / records[1]["step_time"])
