@@ -72,6 +72,82 @@ def _socket_ifname(fabric, host, override):
     return name
 
 
+def choose_profile(fabric, host, requested, inventory):
+    """Which profile a node gets, and why: ``(profile, reason)``.
+
+    ``requested`` is one of ``PROFILES``; ``inventory`` is ``rdma_inventory(fabric)``.
+    ``auto`` takes InfiniBand over RoCE v2 over tcp; a requested ``ib`` or ``roce``
+    the node has no active port for raises NcclError.
+    """
+    ib, roce, unusable = inventory
+    if requested == "auto":
+        if ib:
+            return "ib", "%d active InfiniBand port(s)" % len(ib)
+        if roce:
+            return "roce", "%d active RoCE v2 port(s)" % len(roce)
+        return "tcp", "no active RDMA port" if (unusable or fabric.get("rdma")) else "no RDMA device"
+    if requested == "ib" and not ib:
+        raise NcclError(
+            "host %s: nccl_profile=ib but the node has no active InfiniBand port (%s). Fix: bring the "
+            "ports up (ibstat), or set nccl_profile=auto (or tcp) for %s."
+            % (host, _describe_ports(fabric) or "no RDMA device at all", host))
+    if requested == "roce" and not roce:
+        raise NcclError(
+            "host %s: nccl_profile=roce but the node has no active Ethernet-link-layer RDMA port with a "
+            "RoCE v2 GID (%s). Fix: configure RoCE v2 on the port, or set nccl_profile=auto (or tcp) for %s."
+            % (host, _describe_ports(fabric) or "no RDMA device at all", host))
+    return requested, "set by nccl_profile"
+
+
+def unused_rdma_warnings(host, profile, inventory):
+    """The warning (a list of zero or one) that a tcp node leaves RDMA ports it has unused."""
+    ib, roce, unusable = inventory
+    if profile != "tcp" or not (unusable or ib or roce):
+        return []
+    names = ", ".join("%s (%s, %s)" % (_port_name(d, p), p.get("link_layer") or "?", p.get("state") or "?")
+                      for d, p in (unusable or ib + roce))
+    return ["host %s: RDMA hardware is present but not used: %s. The tcp profile sets NCCL_IB_DISABLE=1; "
+            "without it NCCL tries the device and can die with 'Call to ibv_modify_qp failed'."
+            % (host, names)]
+
+
+def _hca_list(ports):
+    """NCCL_IB_HCA's value for ``ports``: ``=`` (exact names) and the ports, comma-separated."""
+    return "=" + ",".join(_port_name(d, p) for d, p in ports)
+
+
+def choose_hca(host, profile, inventory):
+    """Which RDMA ports NCCL uses under ``profile``: ``(ports, variables, warnings)``.
+
+    ``ib`` and ``roce`` list their active ports in NCCL_IB_HCA (``roce`` adds the
+    RoCE v2 GID index, the lowest when the ports differ, with a warning); ``tcp``
+    disables the IB transport.
+    """
+    ib, roce = inventory[:2]
+    if profile == "ib":
+        return ib, {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": _hca_list(ib)}, []
+    if profile != "roce":
+        return [], {"NCCL_IB_DISABLE": "1"}, []
+    warnings = []
+    indexes = sorted(set(p["roce_v2_gid_index"] for d, p in roce))
+    if len(indexes) > 1:
+        warnings.append("host %s: the RoCE ports use different RoCE v2 GID indexes %s; NCCL takes one. "
+                        "Using %s; set nccl_env: {NCCL_IB_GID_INDEX: ...} to choose."
+                        % (host, indexes, indexes[0]))
+    env = {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": _hca_list(roce), "NCCL_IB_GID_INDEX": str(indexes[0])}
+    return roce, env, warnings
+
+
+def _apply_overrides(out, env):
+    """``env`` (nccl_env) over ``out``: an empty or None value removes the variable."""
+    for key, value in (env or {}).items():
+        if value is None or value == "":
+            out.pop(key, None)
+        else:
+            out[str(key)] = str(value)
+    return out
+
+
 def node_profile(fabric, host="this node", requested="auto", socket_ifname=None, env=None):
     """Choose the NCCL profile of one node.
 
@@ -84,69 +160,19 @@ def node_profile(fabric, host="this node", requested="auto", socket_ifname=None,
     if requested not in PROFILES:
         raise NcclError("host %s: nccl_profile=%r is not a profile. Fix: set nccl_profile to one of %s."
                         % (host, requested, ", ".join(PROFILES)))
-    ib, roce, unusable = rdma_inventory(fabric)
-    warnings = []
-    if requested == "auto":
-        if ib:
-            profile = "ib"
-            reason = "%d active InfiniBand port(s)" % len(ib)
-        elif roce:
-            profile = "roce"
-            reason = "%d active RoCE v2 port(s)" % len(roce)
-        else:
-            profile = "tcp"
-            reason = "no active RDMA port" if (unusable or fabric.get("rdma")) else "no RDMA device"
-    else:
-        profile = requested
-        reason = "set by nccl_profile"
-        if profile == "ib" and not ib:
-            raise NcclError(
-                "host %s: nccl_profile=ib but the node has no active InfiniBand port (%s). Fix: bring the "
-                "ports up (ibstat), or set nccl_profile=auto (or tcp) for %s."
-                % (host, _describe_ports(fabric) or "no RDMA device at all", host))
-        if profile == "roce" and not roce:
-            raise NcclError(
-                "host %s: nccl_profile=roce but the node has no active Ethernet-link-layer RDMA port with a "
-                "RoCE v2 GID (%s). Fix: configure RoCE v2 on the port, or set nccl_profile=auto (or tcp) for %s."
-                % (host, _describe_ports(fabric) or "no RDMA device at all", host))
-
-    if profile == "tcp" and (unusable or ib or roce):
-        names = ", ".join("%s (%s, %s)" % (_port_name(d, p), p.get("link_layer") or "?", p.get("state") or "?")
-                          for d, p in (unusable or ib + roce))
-        warnings.append(
-            "host %s: RDMA hardware is present but not used: %s. The tcp profile sets NCCL_IB_DISABLE=1; "
-            "without it NCCL tries the device and can die with 'Call to ibv_modify_qp failed'."
-            % (host, names))
-
+    inventory = rdma_inventory(fabric)
+    profile, reason = choose_profile(fabric, host, requested, inventory)
+    warnings = unused_rdma_warnings(host, profile, inventory)
     ifname = _socket_ifname(fabric, host, socket_ifname)
     out = {"NCCL_SOCKET_IFNAME": "=" + ifname, "GLOO_SOCKET_IFNAME": ifname}
-    ports = []
-    if profile == "ib":
-        ports = ib
-        out["NCCL_IB_DISABLE"] = "0"
-        out["NCCL_IB_HCA"] = "=" + ",".join(_port_name(d, p) for d, p in ib)
-    elif profile == "roce":
-        ports = roce
-        indexes = sorted(set(p["roce_v2_gid_index"] for d, p in roce))
-        if len(indexes) > 1:
-            warnings.append("host %s: the RoCE ports use different RoCE v2 GID indexes %s; NCCL takes one. "
-                            "Using %s; set nccl_env: {NCCL_IB_GID_INDEX: ...} to choose."
-                            % (host, indexes, indexes[0]))
-        out["NCCL_IB_DISABLE"] = "0"
-        out["NCCL_IB_HCA"] = "=" + ",".join(_port_name(d, p) for d, p in roce)
-        out["NCCL_IB_GID_INDEX"] = str(indexes[0])
-    else:
-        out["NCCL_IB_DISABLE"] = "1"
-    for key, value in (env or {}).items():
-        if value is None or value == "":
-            out.pop(key, None)
-        else:
-            out[str(key)] = str(value)
+    ports, hca_env, hca_warnings = choose_hca(host, profile, inventory)
+    out.update(hca_env)
+    warnings.extend(hca_warnings)
     return {
         "profile": profile,
         "requested": requested,
         "reason": reason,
-        "env": out,
+        "env": _apply_overrides(out, env),
         "warnings": warnings,
         "rdma_ports": [_port_name(d, p) for d, p in ports],
         "memlock_unlimited": profile in RDMA_PROFILES,

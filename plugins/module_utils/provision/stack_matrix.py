@@ -470,10 +470,39 @@ def select_stack(nodes, pins=None, matrix=None):
 
 
 def _select(nodes, pins, matrix):
+    """``select_stack`` past its arguments: the nodes' facts, the pins, what contradicts them, the newest fit."""
+    python_pin = pins.get("python")
+    facts = _nodes_facts(nodes, python_pin, matrix)
+    gpus = [f for f in facts if f["accelerator"] == "cuda"]
+    torch_release, torch_version, ds_release, ds_version, cuda_pin = _named_releases(pins, matrix, facts)
+
+    # Pins that a node contradicts.
+    bad_hosts = {}
+    problems = _cuda_pin_misfits(gpus, cuda_pin, torch_release, matrix, bad_hosts)
+    if torch_release:
+        problems.extend(_torch_pin_misfits(facts, pins, torch_release, cuda_pin, matrix, bad_hosts))
+        if ds_release is None:
+            problems.extend(_deepspeed_for_torch_pin(pins, torch_version, matrix))
+    if ds_release:
+        problems.extend(_deepspeed_pin_misfits(facts, pins, ds_release, ds_version, torch_release, torch_version,
+                                               matrix, bad_hosts))
+    if problems:
+        _fail(problems, facts, matrix, torch_release, torch_version, cuda_pin, ds_version, bad_hosts)
+
+    releases = [torch_release] if torch_release else _releases(matrix["torch"])
+    ds_releases = [ds_release] if ds_release else _releases(matrix["deepspeed"])
+    found = _newest_stack(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_version)
+    if found is not None:
+        return found
+    _diagnose(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_version, python_pin, bad_hosts)
+    return None  # not reached: _diagnose raises
+
+
+def _nodes_facts(nodes, python_pin, matrix):
+    """Every node's facts (``_node_facts``), in the order of ``nodes``; ``StackError`` naming each bad one."""
     facts = []
     problems = []
     bad_hosts = {}
-    python_pin = pins.get("python")
     for host in nodes:
         f, problem = _node_facts(host, nodes[host], python_pin, matrix)
         facts.append(f)
@@ -482,9 +511,13 @@ def _select(nodes, pins, matrix):
             bad_hosts[host] = "no driver" if "no NVIDIA driver" in problem else "bad facts"
     if problems:
         _fail(problems, facts, matrix, None, None, None, None, bad_hosts)
-    gpus = [f for f in facts if f["accelerator"] == "cuda"]
+    return facts
 
-    # Pins that name nothing in the matrix.
+
+def _named_releases(pins, matrix, facts):
+    """Which releases the pins name: (torch release, torch version, deepspeed release, deepspeed version,
+    cuda 'X.Y'), each None when unpinned; ``StackError`` for a pin the matrix does not hold."""
+    problems = []
     torch_release = torch_version = ds_release = ds_version = cuda_pin = None
     if pins.get("torch"):
         torch_release, torch_version, problem = _torch_pin(pins["torch"], matrix)
@@ -499,9 +532,13 @@ def _select(nodes, pins, matrix):
         if problem:
             problems.append(problem)
     if problems:
-        _fail(problems, facts, matrix, torch_release, torch_version, None, ds_version, bad_hosts)
+        _fail(problems, facts, matrix, torch_release, torch_version, None, ds_version, {})
+    return torch_release, torch_version, ds_release, ds_version, cuda_pin
 
-    # Pins that a node contradicts.
+
+def _cuda_pin_misfits(gpus, cuda_pin, torch_release, matrix, bad_hosts):
+    """One problem per GPU node whose driver does not run the pinned CUDA (marked in ``bad_hosts``)."""
+    problems = []
     for f in gpus:
         if cuda_pin and _cmp(parse_version(cuda_pin), parse_version(f["max_cuda"])) > 0:
             build = build_name(cuda_pin)
@@ -517,61 +554,79 @@ def _select(nodes, pins, matrix):
                    ("set %s to %s (the newest CUDA build its driver runs)" % (VAR_CUDA, build_cuda(lower)))
                    if lower else ("set its %s to cpu" % VAR_ACCELERATOR)))
             bad_hosts[f["host"]] = "driver too old"
-    if torch_release:
-        entry = matrix["torch"][torch_release]
-        builds = _allowed_builds(entry, cuda_pin)
-        for f in facts:
-            if not in_range(f["python"], entry["python"]):
-                problems.append(
-                    "%s: %s %s takes Python %s; %s has %s %s. Fix: use a Python in that range on %s, or set "
-                    "%s to a release for Python %s (or unset it)."
-                    % (f["host"], VAR_TORCH, pins["torch"], entry["python"], f["host"],
-                       VAR_PYTHON if python_pin else "python", f["python_text"], f["host"], VAR_TORCH,
-                       f["python_text"]))
-                bad_hosts[f["host"]] = "python out of range"
-            elif f["accelerator"] == "cuda" and not cuda_pin and not _fitting_build(builds, f["max_cuda"]):
-                alt = _newest_with_build(matrix, f, None)
-                problems.append(
-                    "%s: %s %s needs driver >= %s (%s, its oldest CUDA build); %s has driver %s (max CUDA %s). "
-                    "Fix: upgrade the NVIDIA driver on %s to >= %s, or %s, or unset it."
-                    % (f["host"], VAR_TORCH, pins["torch"], min_driver(builds[0], matrix), builds[0],
-                       f["host"], f["driver"] or "-", f["max_cuda"], f["host"], min_driver(builds[0], matrix),
-                       ("set %s to %s (the newest torch with a build that a driver for CUDA %s runs)" % (VAR_TORCH, alt, f["max_cuda"]))
-                       if alt else "set its %s to cpu" % VAR_ACCELERATOR))
-                bad_hosts[f["host"]] = "driver too old"
-        if ds_release is None:
-            takers = [r for r in matrix["deepspeed"]
-                      if in_range(torch_version, matrix["deepspeed"][r]["torch"])]
-            if not takers:
-                ranges = "; ".join("%s: torch %s" % (_newest(matrix["deepspeed"][r]["versions"]),
-                                                     matrix["deepspeed"][r]["torch"])
-                                   for r in _releases(matrix["deepspeed"]))
-                problems.append(
-                    "all nodes: %s %s is outside every DeepSpeed release's torch range (%s). Fix: set %s to "
-                    "a torch in one of those ranges, or add a DeepSpeed release that takes it with %s."
-                    % (VAR_TORCH, pins["torch"], ranges, VAR_TORCH, VAR_EXTRA))
-    if ds_release:
-        ds = matrix["deepspeed"][ds_release]
-        if torch_release and not in_range(torch_version, ds["torch"]):
-            problems.append(
-                "all nodes: %s %s is outside deepspeed %s's torch range %s. Fix: set %s to a torch in %s, "
-                "or set %s to a release that takes torch %s (or unset it)."
-                % (VAR_TORCH, pins["torch"], ds_version, ds["torch"], VAR_TORCH, ds["torch"],
-                   VAR_DEEPSPEED, torch_version))
-        for f in facts:
-            if not in_range(f["python"], ds["python"]):
-                problems.append(
-                    "%s: %s %s takes Python %s; %s has %s %s. Fix: use a Python in that range on %s, or "
-                    "set %s to another release (or unset it)."
-                    % (f["host"], VAR_DEEPSPEED, pins["deepspeed"], ds["python"], f["host"],
-                       VAR_PYTHON if python_pin else "python", f["python_text"], f["host"], VAR_DEEPSPEED))
-                bad_hosts[f["host"]] = "python out of range"
-    if problems:
-        _fail(problems, facts, matrix, torch_release, torch_version, cuda_pin, ds_version, bad_hosts)
+    return problems
 
-    # The newest consistent set.
-    releases = [torch_release] if torch_release else _releases(matrix["torch"])
-    ds_releases = [ds_release] if ds_release else _releases(matrix["deepspeed"])
+
+def _pin_python_problem(f, variable, pin, python_range, python_pin, other):
+    """The problem that release ``pin`` of ``variable`` takes Python ``python_range`` and node ``f``'s
+    Python is outside it; ``other`` names what else to set ``variable`` to."""
+    return ("%s: %s %s takes Python %s; %s has %s %s. Fix: use a Python in that range on %s, or set %s to %s "
+            "(or unset it)." % (f["host"], variable, pin, python_range, f["host"],
+                                VAR_PYTHON if python_pin else "python", f["python_text"], f["host"],
+                                variable, other))
+
+
+def _torch_pin_misfits(facts, pins, torch_release, cuda_pin, matrix, bad_hosts):
+    """One problem per node the pinned torch does not take: its Python, else (unless CUDA is pinned too)
+    its driver, which runs none of the release's builds (marked in ``bad_hosts``)."""
+    problems = []
+    entry = matrix["torch"][torch_release]
+    builds = _allowed_builds(entry, cuda_pin)
+    for f in facts:
+        if not in_range(f["python"], entry["python"]):
+            problems.append(_pin_python_problem(f, VAR_TORCH, pins["torch"], entry["python"], pins.get("python"),
+                                                "a release for Python %s" % f["python_text"]))
+            bad_hosts[f["host"]] = "python out of range"
+        elif f["accelerator"] == "cuda" and not cuda_pin and not _fitting_build(builds, f["max_cuda"]):
+            alt = _newest_with_build(matrix, f, None)
+            problems.append(
+                "%s: %s %s needs driver >= %s (%s, its oldest CUDA build); %s has driver %s (max CUDA %s). "
+                "Fix: upgrade the NVIDIA driver on %s to >= %s, or %s, or unset it."
+                % (f["host"], VAR_TORCH, pins["torch"], min_driver(builds[0], matrix), builds[0],
+                   f["host"], f["driver"] or "-", f["max_cuda"], f["host"], min_driver(builds[0], matrix),
+                   ("set %s to %s (the newest torch with a build that a driver for CUDA %s runs)" % (VAR_TORCH, alt, f["max_cuda"]))
+                   if alt else "set its %s to cpu" % VAR_ACCELERATOR))
+            bad_hosts[f["host"]] = "driver too old"
+    return problems
+
+
+def _deepspeed_for_torch_pin(pins, torch_version, matrix):
+    """The problem (a list of zero or one) that no DeepSpeed release takes the pinned torch."""
+    takers = [r for r in matrix["deepspeed"]
+              if in_range(torch_version, matrix["deepspeed"][r]["torch"])]
+    if takers:
+        return []
+    ranges = "; ".join("%s: torch %s" % (_newest(matrix["deepspeed"][r]["versions"]),
+                                         matrix["deepspeed"][r]["torch"])
+                       for r in _releases(matrix["deepspeed"]))
+    return ["all nodes: %s %s is outside every DeepSpeed release's torch range (%s). Fix: set %s to "
+            "a torch in one of those ranges, or add a DeepSpeed release that takes it with %s."
+            % (VAR_TORCH, pins["torch"], ranges, VAR_TORCH, VAR_EXTRA)]
+
+
+def _deepspeed_pin_misfits(facts, pins, ds_release, ds_version, torch_release, torch_version, matrix, bad_hosts):
+    """The problems of the pinned DeepSpeed: a pinned torch outside its torch range, then one per node
+    whose Python it does not take (marked in ``bad_hosts``)."""
+    problems = []
+    ds = matrix["deepspeed"][ds_release]
+    if torch_release and not in_range(torch_version, ds["torch"]):
+        problems.append(
+            "all nodes: %s %s is outside deepspeed %s's torch range %s. Fix: set %s to a torch in %s, "
+            "or set %s to a release that takes torch %s (or unset it)."
+            % (VAR_TORCH, pins["torch"], ds_version, ds["torch"], VAR_TORCH, ds["torch"],
+               VAR_DEEPSPEED, torch_version))
+    for f in facts:
+        if not in_range(f["python"], ds["python"]):
+            problems.append(_pin_python_problem(f, VAR_DEEPSPEED, pins["deepspeed"], ds["python"], pins.get("python"),
+                                                "another release"))
+            bad_hosts[f["host"]] = "python out of range"
+    return problems
+
+
+def _newest_stack(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_version):
+    """The result for the newest torch release that fits every node, on the highest CUDA build every GPU
+    node's driver runs, with the newest DeepSpeed that takes it; None when there is none."""
+    gpus = [f for f in facts if f["accelerator"] == "cuda"]
     cap = min((f["max_cuda"] for f in gpus), key=parse_version) if gpus else None
     for release in releases:
         entry = matrix["torch"][release]
@@ -583,9 +638,7 @@ def _select(nodes, pins, matrix):
             ds = matrix["deepspeed"][dsr]
             if in_range(version, ds["torch"]) and all(in_range(f["python"], ds["python"]) for f in facts):
                 return _result(facts, matrix, entry, version, build, ds_version or _newest(ds["versions"]))
-
-    _diagnose(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_version, python_pin, bad_hosts)
-    return None  # not reached: _diagnose raises
+    return None
 
 
 def _result(facts, matrix, entry, version, build, ds_version):
@@ -624,34 +677,66 @@ def _result(facts, matrix, entry, version, build, ds_version):
 
 
 def _diagnose(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_version, python_pin, bad_hosts):
-    problems = []
+    """Raise the ``StackError`` that says why no stack fits: nodes no torch fits, no torch common to all, or
+    no DeepSpeed that takes it."""
     py_var = VAR_PYTHON if python_pin else "python"
-    cuda_hint = (" with %s %s" % (VAR_CUDA, cuda_pin)) if cuda_pin else ""
-    fits = dict((f["host"], [r for r in releases if _host_fits(f, matrix["torch"][r], cuda_pin)]) for f in facts)
-    py_fits = dict((f["host"], [r for r in releases if in_range(f["python"], matrix["torch"][r]["python"])])
-                   for f in facts)
+    fits, py_fits = _release_fits(facts, matrix, releases, cuda_pin)
     common_py = [r for r in releases if all(r in py_fits[f["host"]] for f in facts)]
     common = [r for r in releases if all(r in fits[f["host"]] for f in facts)]
     target = (common or common_py or releases)[0]
+    problems = _torchless_nodes(facts, matrix, releases, fits, py_fits, cuda_pin, python_pin, bad_hosts)
+    if not problems and not common:
+        problems = _no_common_torch(facts, matrix, fits, py_fits, common_py, cuda_pin, py_var, bad_hosts)
+    if not problems:
+        # Torch fits every node: DeepSpeed does not.
+        target = common[0]
+        problems = _deepspeed_refusals(facts, matrix, common, ds_releases, torch_version, ds_version, py_var,
+                                       bad_hosts)
+    if not problems:
+        problems.append("all nodes: no combination of the matrix fits every node. Fix: unset %s, %s and %s, "
+                        "or extend the matrix with %s." % (VAR_TORCH, VAR_CUDA, VAR_DEEPSPEED, VAR_EXTRA))
+    version = torch_version or _newest(matrix["torch"][target]["versions"])
+    _fail(problems, facts, matrix, target, version, cuda_pin, ds_version, bad_hosts)
 
-    def driver_fix(f, candidates):
-        needs = []
-        for r in candidates:
-            builds = _allowed_builds(matrix["torch"][r], cuda_pin)
-            if builds:
-                needs.append((parse_version(min_driver(builds[0], matrix)), builds[0], r))
-        if not needs:
-            return "set its %s to cpu" % VAR_ACCELERATOR
-        lowest = min(n[0] for n in needs)
-        need = max((n for n in needs if n[0] == lowest), key=lambda n: parse_version(n[2]))
-        return "upgrade the NVIDIA driver on %s to >= %s (%s of torch %s)" % (
-            f["host"], min_driver(need[1], matrix), need[1], _newest(matrix["torch"][need[2]]["versions"]))
 
+def _release_fits(facts, matrix, releases, cuda_pin):
+    """Which of the torch ``releases`` each node fits: ``(fits, py_fits)``, host -> releases, all told
+    (Python, and a build its driver runs or the CPU build) and by its Python alone."""
+    fits = dict((f["host"], [r for r in releases if _host_fits(f, matrix["torch"][r], cuda_pin)]) for f in facts)
+    py_fits = dict((f["host"], [r for r in releases if in_range(f["python"], matrix["torch"][r]["python"])])
+                   for f in facts)
+    return fits, py_fits
+
+
+def _cuda_hint(cuda_pin):
+    return (" with %s %s" % (VAR_CUDA, cuda_pin)) if cuda_pin else ""
+
+
+def _driver_fix(f, candidates, matrix, cuda_pin):
+    """Which driver upgrade lets GPU node ``f`` run one of the torch releases ``candidates``: the lowest
+    driver any of them needs (for the newest release that needs no more); cpu when none has a build."""
+    needs = []
+    for r in candidates:
+        builds = _allowed_builds(matrix["torch"][r], cuda_pin)
+        if builds:
+            needs.append((parse_version(min_driver(builds[0], matrix)), builds[0], r))
+    if not needs:
+        return "set its %s to cpu" % VAR_ACCELERATOR
+    lowest = min(n[0] for n in needs)
+    need = max((n for n in needs if n[0] == lowest), key=lambda n: parse_version(n[2]))
+    return "upgrade the NVIDIA driver on %s to >= %s (%s of torch %s)" % (
+        f["host"], min_driver(need[1], matrix), need[1], _newest(matrix["torch"][need[2]]["versions"]))
+
+
+def _torchless_nodes(facts, matrix, releases, fits, py_fits, cuda_pin, python_pin, bad_hosts):
+    """One problem per node that no torch release of ``releases`` fits on its own: its Python fits none,
+    else its driver runs no build of those its Python fits (marked in ``bad_hosts``)."""
+    problems = []
+    py_var = VAR_PYTHON if python_pin else "python"
     for f in facts:
         host = f["host"]
         if fits[host]:
             continue
-        gpu = f["accelerator"] == "cuda"
         if not py_fits[host]:
             spans = []
             for r in releases:
@@ -663,56 +748,61 @@ def _diagnose(facts, matrix, releases, ds_releases, torch_version, cuda_pin, ds_
                                                           "; ".join(spans), host,
                                                           (" or set %s to one" % VAR_PYTHON) if python_pin else ""))
             bad_hosts[host] = "python out of range"
-        elif gpu:
+        elif f["accelerator"] == "cuda":
             by_driver = [r for r in releases
                          if _fitting_build(_allowed_builds(matrix["torch"][r], cuda_pin), f["max_cuda"])]
             alt = (", or use a Python that torch %s takes (%s) on %s" % (
                 _newest(matrix["torch"][by_driver[0]]["versions"]), matrix["torch"][by_driver[0]]["python"],
                 host)) if by_driver else ""
             problems.append("%s: driver %s (max CUDA %s) runs no CUDA build%s of the torch releases its %s %s "
-                            "fits (%s). Fix: %s%s." % (host, f["driver"] or "-", f["max_cuda"], cuda_hint, py_var,
-                                                       f["python_text"], _span(py_fits[host]),
-                                                       driver_fix(f, py_fits[host]), alt))
+                            "fits (%s). Fix: %s%s." % (host, f["driver"] or "-", f["max_cuda"], _cuda_hint(cuda_pin),
+                                                       py_var, f["python_text"], _span(py_fits[host]),
+                                                       _driver_fix(f, py_fits[host], matrix, cuda_pin), alt))
             bad_hosts[host] = "driver too old"
-    if not problems and not common:
-        if common_py:
-            for f in facts:
-                if f["accelerator"] == "cuda" and not [r for r in common_py if r in fits[f["host"]]]:
-                    problems.append(
-                        "%s: driver %s (max CUDA %s) runs torch %s only%s, but the other nodes' Python needs "
-                        "torch %s. Fix: %s." % (f["host"], f["driver"] or "-", f["max_cuda"],
-                                                _span(fits[f["host"]]), cuda_hint, _span(common_py),
-                                                driver_fix(f, common_py)))
-                    bad_hosts[f["host"]] = "driver too old"
-        else:
-            for f in facts:
-                problems.append("%s: %s %s fits torch %s; no torch release fits every node's Python. Fix: use "
-                                "the same Python minor on every node (one that a torch release takes)."
-                                % (f["host"], py_var, f["python_text"], _span(py_fits[f["host"]])))
-                bad_hosts[f["host"]] = "python mismatch"
-    if not problems:
-        # Torch fits every node: DeepSpeed does not.
-        release = common[0]
-        version = torch_version or _newest(matrix["torch"][release]["versions"])
-        for dsr in ds_releases:
-            ds = matrix["deepspeed"][dsr]
-            name = ds_version or _newest(ds["versions"])
-            if not any(in_range(torch_version or _newest(matrix["torch"][r]["versions"]), ds["torch"])
-                       for r in common):
-                problems.append("all nodes: deepspeed %s takes torch %s, which holds none of the torch releases "
-                                "these nodes run (%s). Fix: set %s to a release that takes torch %s, or add one "
-                                "with %s." % (name, ds["torch"], _span(common), VAR_DEEPSPEED, version,
-                                              VAR_EXTRA))
-            for f in facts:
-                if not in_range(f["python"], ds["python"]):
-                    problems.append("%s: deepspeed %s takes Python %s; %s has %s %s. Fix: use a Python in that "
-                                    "range on %s, or set %s to another release."
-                                    % (f["host"], name, ds["python"], f["host"], py_var, f["python_text"],
-                                       f["host"], VAR_DEEPSPEED))
-                    bad_hosts[f["host"]] = "python out of range"
-        target = release
-    if not problems:
-        problems.append("all nodes: no combination of the matrix fits every node. Fix: unset %s, %s and %s, "
-                        "or extend the matrix with %s." % (VAR_TORCH, VAR_CUDA, VAR_DEEPSPEED, VAR_EXTRA))
-    version = torch_version or _newest(matrix["torch"][target]["versions"])
-    _fail(problems, facts, matrix, target, version, cuda_pin, ds_version, bad_hosts)
+    return problems
+
+
+def _no_common_torch(facts, matrix, fits, py_fits, common_py, cuda_pin, py_var, bad_hosts):
+    """Why no torch release fits every node although each fits one: a GPU node whose driver runs none of
+    the releases every node's Python takes, or (none such) Pythons no single release takes."""
+    problems = []
+    if common_py:
+        for f in facts:
+            if f["accelerator"] == "cuda" and not [r for r in common_py if r in fits[f["host"]]]:
+                problems.append(
+                    "%s: driver %s (max CUDA %s) runs torch %s only%s, but the other nodes' Python needs "
+                    "torch %s. Fix: %s." % (f["host"], f["driver"] or "-", f["max_cuda"],
+                                            _span(fits[f["host"]]), _cuda_hint(cuda_pin), _span(common_py),
+                                            _driver_fix(f, common_py, matrix, cuda_pin)))
+                bad_hosts[f["host"]] = "driver too old"
+    else:
+        for f in facts:
+            problems.append("%s: %s %s fits torch %s; no torch release fits every node's Python. Fix: use "
+                            "the same Python minor on every node (one that a torch release takes)."
+                            % (f["host"], py_var, f["python_text"], _span(py_fits[f["host"]])))
+            bad_hosts[f["host"]] = "python mismatch"
+    return problems
+
+
+def _deepspeed_refusals(facts, matrix, common, ds_releases, torch_version, ds_version, py_var, bad_hosts):
+    """Which DeepSpeed releases refuse the torch releases ``common`` (those every node runs) or a node's
+    Python: one problem for each (the nodes marked in ``bad_hosts``)."""
+    problems = []
+    version = torch_version or _newest(matrix["torch"][common[0]]["versions"])
+    for dsr in ds_releases:
+        ds = matrix["deepspeed"][dsr]
+        name = ds_version or _newest(ds["versions"])
+        if not any(in_range(torch_version or _newest(matrix["torch"][r]["versions"]), ds["torch"])
+                   for r in common):
+            problems.append("all nodes: deepspeed %s takes torch %s, which holds none of the torch releases "
+                            "these nodes run (%s). Fix: set %s to a release that takes torch %s, or add one "
+                            "with %s." % (name, ds["torch"], _span(common), VAR_DEEPSPEED, version,
+                                          VAR_EXTRA))
+        for f in facts:
+            if not in_range(f["python"], ds["python"]):
+                problems.append("%s: deepspeed %s takes Python %s; %s has %s %s. Fix: use a Python in that "
+                                "range on %s, or set %s to another release."
+                                % (f["host"], name, ds["python"], f["host"], py_var, f["python_text"],
+                                   f["host"], VAR_DEEPSPEED))
+                bad_hosts[f["host"]] = "python out of range"
+    return problems

@@ -1,10 +1,12 @@
 """NCCL profile selection over the fabric fixtures (real sysfs trees and ip -j addr output)."""
+import copy
 import json
 
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.nccl import (
-    NcclError, env_file, job_profile, nccl_conf, node_profile)
+    NcclError, choose_hca, choose_profile, env_file, job_profile, nccl_conf, node_profile, rdma_inventory,
+    unused_rdma_warnings)
 
 from tests.unit.plugins.module_utils.sysfs_facts import facts
 
@@ -105,3 +107,89 @@ def test_files_render_in_the_formats_nccl_and_deepspeed_read():
     assert json.dumps(sorted(lines))
     with pytest.raises(NcclError):
         env_file({"BAD": "a\nb"})
+
+
+# ---------------------------------------------------------------- the parts node_profile decides with
+
+
+def _inventory(name):
+    fabric = facts(name)
+    return fabric, rdma_inventory(fabric)
+
+
+@pytest.mark.parametrize("fixture,profile,reason", [
+    ("ib-mlx5-4port", "ib", "4 active InfiniBand port(s)"), ("roce", "roce", "2 active RoCE v2 port(s)"),
+    ("ethernet-only", "tcp", "no RDMA device"), ("ib-down", "tcp", "no active RDMA port")])
+def test_choose_profile_auto_prefers_infiniband_then_roce_then_tcp(fixture, profile, reason):
+    fabric, inventory = _inventory(fixture)
+    assert choose_profile(fabric, "w1", "auto", inventory) == (profile, reason)
+
+
+def test_choose_profile_keeps_a_request_the_ports_allow():
+    fabric, inventory = _inventory("ib-mlx5-4port")
+    assert choose_profile(fabric, "gpu1", "ib", inventory) == ("ib", "set by nccl_profile")
+    assert choose_profile(fabric, "gpu1", "tcp", inventory) == ("tcp", "set by nccl_profile")
+    fabric, inventory = _inventory("roce")
+    assert choose_profile(fabric, "r1", "roce", inventory) == ("roce", "set by nccl_profile")
+
+
+def test_choose_profile_refuses_ib_on_down_ports_naming_them():
+    fabric, inventory = _inventory("ib-down")
+    with pytest.raises(NcclError) as err:
+        choose_profile(fabric, "w3", "ib", inventory)
+    assert str(err.value) == (
+        "host w3: nccl_profile=ib but the node has no active InfiniBand port (mlx5_0:1 InfiniBand DOWN 10 Gb/sec "
+        "(4X SDR)). Fix: bring the ports up (ibstat), or set nccl_profile=auto (or tcp) for w3.")
+
+
+def test_choose_profile_refuses_roce_on_infiniband_ports():
+    fabric, inventory = _inventory("ib-mlx5-4port")
+    with pytest.raises(NcclError, match=r"host gpu1: nccl_profile=roce but .* \(mlx5_0:1 InfiniBand ACTIVE 400 Gb/sec "
+                                        r"\(4X NDR\); mlx5_1:1"):
+        choose_profile(fabric, "gpu1", "roce", inventory)
+    fabric, inventory = _inventory("ethernet-only")
+    with pytest.raises(NcclError, match=r"RoCE v2 GID \(no RDMA device at all\)"):
+        choose_profile(fabric, "jw2", "roce", inventory)
+
+
+def test_unused_rdma_warnings_only_for_tcp_on_rdma_hardware():
+    dummy, inventory = _inventory("ib-down")
+    assert unused_rdma_warnings("w3", "tcp", inventory) == [
+        "host w3: RDMA hardware is present but not used: mlx5_0:1 (InfiniBand, DOWN). The tcp profile sets "
+        "NCCL_IB_DISABLE=1; without it NCCL tries the device and can die with 'Call to ibv_modify_qp failed'."]
+    dummy, inventory = _inventory("roce")
+    (warning,) = unused_rdma_warnings("r1", "tcp", inventory)
+    assert "mlx5_0:1 (Ethernet, ACTIVE), mlx5_1:1 (Ethernet, ACTIVE)." in warning
+    assert unused_rdma_warnings("r1", "roce", inventory) == []
+    assert unused_rdma_warnings("jw2", "tcp", _inventory("ethernet-only")[1]) == []
+
+
+def test_choose_hca_lists_the_active_infiniband_ports():
+    dummy, inventory = _inventory("ib-mlx5-4port")
+    ports, env, warnings = choose_hca("gpu1", "ib", inventory)
+    assert [(d, p["netdev"]) for d, p in ports] == [("mlx5_0", "ibp12s0"), ("mlx5_1", "ibp75s0"),
+                                                    ("mlx5_2", "ibp141s0"), ("mlx5_3", "ibp186s0")]
+    assert env == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"}
+    assert warnings == []
+
+
+def test_choose_hca_for_roce_adds_the_gid_index():
+    dummy, inventory = _inventory("roce")
+    ports, env, warnings = choose_hca("r1", "roce", inventory)
+    assert [p["netdev"] for d, p in ports] == ["ens1f0np0", "ens1f1np1"]
+    assert env == {"NCCL_IB_DISABLE": "0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_GID_INDEX": "3"}
+    assert warnings == []
+
+
+def test_choose_hca_takes_the_lowest_of_differing_gid_indexes_and_warns():
+    fabric = copy.deepcopy(facts("roce"))
+    fabric["rdma"][1]["ports"][0]["roce_v2_gid_index"] = 1
+    ports, env, warnings = choose_hca("r1", "roce", rdma_inventory(fabric))
+    assert len(ports) == 2 and env["NCCL_IB_GID_INDEX"] == "1"
+    assert warnings == ["host r1: the RoCE ports use different RoCE v2 GID indexes [1, 3]; NCCL takes one. "
+                        "Using 1; set nccl_env: {NCCL_IB_GID_INDEX: ...} to choose."]
+
+
+def test_choose_hca_for_tcp_disables_the_ib_transport():
+    dummy, inventory = _inventory("ib-mlx5-4port")
+    assert choose_hca("gpu1", "tcp", inventory) == ([], {"NCCL_IB_DISABLE": "1"}, [])
