@@ -75,28 +75,25 @@ def fabric_env(fabric, profile_env, interface):
     return env
 
 
-def objects(job, opts):
-    """``[Service, StatefulSet]`` for the planned ``job``.
-
-    ``opts``: ``namespace``, ``image``, ``fabric`` (tcp|rdma), ``rdma_resource`` (e.g.
-    ``rdma/rdma_shared_device_a``), ``rdma_count``, ``host_network``, ``interface`` (the pod's, default
-    ``eth0``), ``volume`` (see ``volume``), ``shm_size`` (e.g. ``8Gi``, or None: no limit),
-    ``cluster_domain``, ``profile_env`` (the NCCL profile's variables).
-    """
-    name = object_name(job["run_id"])
-    namespace = opts["namespace"]
-    labels = dict(APP)
-    labels[LABEL] = name
-    hosts = list(job["rank_hosts"])
+def pod_env(job, opts, name):
+    """The ranks' environment in a pod: the plan's, the fabric mode's NCCL/gloo variables for the pod's interface
+    (``eth0``, or the node's with host networking), and pod 0's stable name as the master."""
     interface = "eth0" if not opts.get("host_network") else (opts.get("interface") or job.get("interface") or "eth0")
     env = dict(job["env"])
     env.update(fabric_env(opts["fabric"], opts.get("profile_env"), opts.get("interface") or interface))
     if opts["fabric"] == "rdma":
         # The nodes' own tcp profile (a plan made over Ethernet-only hosts) must not switch InfiniBand off.
         env.pop("NCCL_IB_DISABLE", None)
-    env["MULTINODE_DS_K8S_MASTER"] = master_dns(name, namespace, opts.get("cluster_domain") or "cluster.local")
+    env["MULTINODE_DS_K8S_MASTER"] = master_dns(name, opts["namespace"], opts.get("cluster_domain") or "cluster.local")
+    return env
+
+
+def container(job, opts, name):
+    """The pod's one container: the image, ``multinode_ds.k8s pod``, the environment, the master port, the shared
+    directory and ``/dev/shm``, the GPUs and RDMA devices it asks for (``IPC_LOCK`` for RDMA)."""
+    env = pod_env(job, opts, name)
     resources = dict((k, str(v)) for k, v in per_pod_resources(job, opts).items())
-    container = {
+    out = {
         "name": "ranks",
         "image": opts["image"],
         "imagePullPolicy": "IfNotPresent",
@@ -109,34 +106,60 @@ def objects(job, opts):
                          {"name": "dshm", "mountPath": "/dev/shm"}],
     }
     if resources:
-        container["resources"] = {"limits": dict(resources), "requests": dict(resources)}
+        out["resources"] = {"limits": dict(resources), "requests": dict(resources)}
     if opts["fabric"] == "rdma":
-        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
-    shm = {"medium": "Memory"}
-    if opts.get("shm_size"):
-        shm["sizeLimit"] = opts["shm_size"]
-    volumes = [volume(opts.get("volume") or {}, job["shared_dir"]), {"name": "dshm", "emptyDir": shm}]
+        out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    return out
+
+
+def secret_items(job):
+    """What the run's Secret holds for the ranks (the play's start step makes it from hf_token and secret_env), under
+    the names they read on any other backend (``<home>/secrets``); none: the run has no secrets."""
     items = []
     if job["env"].get("HF_TOKEN_PATH"):
         items.append({"key": "hf_token", "path": "hf_token"})
     if job.get("secret_file"):
         items.append({"key": "secret_env", "path": "runs/" + job["secret_file"].rpartition("/")[2]})
+    return items
+
+
+def pod_spec(job, opts, name):
+    """The pod: its container, the shared directory's volume, ``/dev/shm`` in memory (``shm_size``), the run's
+    Secret when it has secrets, host networking when asked."""
+    ranks = container(job, opts, name)
+    shm = {"medium": "Memory"}
+    if opts.get("shm_size"):
+        shm["sizeLimit"] = opts["shm_size"]
+    volumes = [volume(opts.get("volume") or {}, job["shared_dir"]), {"name": "dshm", "emptyDir": shm}]
+    items = secret_items(job)
     if items:
-        # The run's Secret (the play's start step makes it from hf_token and secret_env), where the ranks read
-        # them on any other backend: <home>/secrets.
         volumes.append({"name": "secrets", "secret": {"secretName": secret_name(name), "items": items,
                                                       "defaultMode": 0o400}})
-        container["volumeMounts"].append({"name": "secrets", "mountPath": job["home"] + "/secrets",
-                                          "readOnly": True})
-    pod_spec = {
-        "containers": [container],
+        ranks["volumeMounts"].append({"name": "secrets", "mountPath": job["home"] + "/secrets", "readOnly": True})
+    spec = {
+        "containers": [ranks],
         "volumes": volumes,
         "terminationGracePeriodSeconds": 15,
         "enableServiceLinks": False,
     }
     if opts.get("host_network"):
-        pod_spec["hostNetwork"] = True
-        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return spec
+
+
+def objects(job, opts):
+    """``[Service, StatefulSet]`` for the planned ``job``: one pod per rank host (``pod_spec``).
+
+    ``opts``: ``namespace``, ``image``, ``fabric`` (tcp|rdma), ``rdma_resource`` (e.g.
+    ``rdma/rdma_shared_device_a``), ``rdma_count``, ``host_network``, ``interface`` (the pod's, default
+    ``eth0``), ``volume`` (see ``volume``), ``shm_size`` (e.g. ``8Gi``, or None: no limit),
+    ``cluster_domain``, ``profile_env`` (the NCCL profile's variables).
+    """
+    name = object_name(job["run_id"])
+    namespace = opts["namespace"]
+    labels = dict(APP)
+    labels[LABEL] = name
     service = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
@@ -147,9 +170,9 @@ def objects(job, opts):
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "spec": {
-            "serviceName": name, "replicas": len(hosts), "podManagementPolicy": "Parallel",
+            "serviceName": name, "replicas": len(job["rank_hosts"]), "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {LABEL: name}},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(job, opts, name)},
         },
     }
     return [service, statefulset]

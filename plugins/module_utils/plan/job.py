@@ -211,17 +211,9 @@ def program(job, settings):
     return argv + job["args"]
 
 
-def plan(settings, workers, coordinators, now):
-    """The whole job, or JobError.
-
-    ``settings``: the -e values and inventory settings (keys of DEFAULTS, plus ``run_id``, ``hosts``,
-    ``exclude``, ``entrypoint``, ``args``, ``resume``, ``ds_config``, ``model_path``, ``dataset``,
-    ``deepspeed_rank_env``, ``hf_token_set``).  ``workers``: inventory name -> ``{"slots" (or None),
-    "accelerator" (deepspeed_accelerator, or None), "gpus", "address", "memtotal_mb", "interface",
-    "env"}`` in inventory order.  ``coordinators``: inventory names.  ``now``: a datetime (UTC) for
-    the default run id.
-    """
-    problems = []
+def directories(settings, problems):
+    """The model and the cluster's directories (the defaults where unset), checked: they go into every rank's
+    command line, and the model names the checkpoint directory."""
     job = dict((k, settings.get(k) or DEFAULTS[k]) for k in
                ("model", "shared_dir", "home", "venv", "torch_extensions_dir", "etc_dir"))
     for key, var in (("shared_dir", "shared_dir_path"), ("home", "stack_home"), ("venv", "stack_venv_dir"),
@@ -234,36 +226,60 @@ def plan(settings, workers, coordinators, now):
         problems.append("model=%r is not a model name (letters, digits, '.', '_', '-'; it names the checkpoint "
                         "directory). Fix: -e model=<one of the bundled models, e.g. llama-tiny>, or -e model_path= "
                         "for your own weights" % (job["model"],))
+    return job
+
+
+def run_settings(job, settings, problems):
+    """How far and how long the run goes, into ``job``: steps, master port, timeout, save interval, resume, stall
+    timeout; and whether ``preflight`` is a yes/no value (or force)."""
     job["steps"] = _whole(settings, "steps", 1, None, "steps", problems, LIMITS["steps"])
     job["master_port"] = _whole(settings, "master_port", 1024, 65535, "port", problems)
     job["timeout"] = _whole(settings, "timeout", 10, None, "seconds", problems, LIMITS["timeout"])
     job["save_interval"] = _whole(settings, "save_interval", 0, None, "steps", problems, LIMITS["save_interval"])
     job["resume"] = _switch(settings, "resume", problems)
     _switch(settings, "preflight", problems, also=("force",))
-    # Unset: the watch derives it from the step time (module_utils/run/watch.stall_limit).
-    job["stall_timeout"] = _whole(settings, "stall_timeout", 10, None, "seconds", problems) \
-        if settings.get("stall_timeout") not in (None, "") else None
-    if job["stall_timeout"] and job["timeout"] and job["stall_timeout"] >= job["timeout"]:
+    job["stall_timeout"] = stall_timeout(settings, job["timeout"], problems)
+
+
+def stall_timeout(settings, timeout, problems):
+    """Seconds without a step before the watch calls the run stalled, shorter than ``timeout``; None when unset (the
+    watch derives it from the step time: module_utils/run/watch.stall_limit)."""
+    if settings.get("stall_timeout") in (None, ""):
+        return None
+    value = _whole(settings, "stall_timeout", 10, None, "seconds", problems)
+    if value and timeout and value >= timeout:
         problems.append("stall_timeout=%d is not shorter than timeout=%d, so a stall would never be noticed before "
                         "the run times out. Fix: -e stall_timeout=<fewer seconds than %d>, or a longer -e timeout" % (
-                            job["stall_timeout"], job["timeout"], job["timeout"]))
-    backend_name = settings.get("backend") or DEFAULTS["backend"]
+                            value, timeout, timeout))
+    return value
+
+
+def launch_backend(settings, problems):
+    """The launch backend the job names (or the default) and its options, checked; ``(None, {})`` when it is not
+    one."""
     try:
-        backend = backends.get(backend_name)
+        backend = backends.get(settings.get("backend") or DEFAULTS["backend"])
     except backends.BackendError as exc:
         problems.append(str(exc))
-        backend = None
-    backend_options = backend.options(settings, problems) if backend else {}
-    # The default id: the UTC time to the millisecond and the action's random nonce, so that two runs started in
-    # the same second (two terminals, a scheduler) never share a directory.
+        return None, {}
+    return backend, backend.options.read(settings, problems)
+
+
+def run_id_for(settings, model, now, problems):
+    """``run_id``, checked, or a new one: the UTC time to the millisecond and the action's random nonce, so that two
+    runs started in the same second (two terminals, a scheduler) never share a directory, then the model."""
     stamp = "%s-%03d" % (now.strftime("%Y%m%d-%H%M%S"), now.microsecond // 1000)
-    named = job["model"] if RUN_ID_RE.fullmatch(str(job["model"])) else "run"
+    named = model if RUN_ID_RE.fullmatch(str(model)) else "run"
     run_id = settings.get("run_id") or "%s%s-%s" % (stamp, settings.get("run_nonce") or "", named)
     if not RUN_ID_RE.fullmatch(str(run_id)):
         problems.append("run_id=%r: letters, digits, '.', '_' and '-' only (at most 128, no '/' and no leading "
                         "'.' or '-'). Fix: -e run_id=<such a name>, or leave it out for a new one" % (run_id,))
-    secret_settings(job, settings, run_id, problems)
-    user = user_env(settings, problems)
+    return run_id
+
+
+def user_program(settings, problems):
+    """The user's script (``entrypoint``: an absolute path, or "" for the bundled trainer) and ``args`` split like a
+    shell, checked."""
     entrypoint = str(settings.get("entrypoint") or "")
     if entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
         problems.append("entrypoint=%r must be an absolute path that every node can read. Fix: put the script "
@@ -274,51 +290,77 @@ def plan(settings, workers, coordinators, now):
         args = []
         problems.append("args=%r cannot be split into arguments (%s). Fix: balance the quotes" % (
             settings.get("args"), exc))
+    return entrypoint, args
+
+
+def host_choice(settings, problems):
+    """``(hosts, exclude)``: the hosts the user picked and left out, each named once."""
     include, exclude = host_list(settings.get("hosts")), host_list(settings.get("exclude"))
     for key, names in (("hosts", include), ("exclude", exclude)):
         for name in sorted(set(n for n in names if names.count(n) > 1)):
             problems.append("%s lists %s twice. Fix: name each host once (-e %s=%s)" % (
                 key, name, key, ",".join(dict.fromkeys(names))))
-    if job["resume"] and entrypoint:
+    return include, exclude
+
+
+def args_against_plan(resume, entrypoint, args, problems):
+    """What the user's program asks that the plan decides: ``resume`` is the bundled trainer's, and its ``args``
+    must not set what the plan sets (``PLANNED_OPTIONS``)."""
+    if resume and entrypoint:
         problems.append("resume=true is the bundled trainer's, and entrypoint=%s is your own script. Fix: leave "
                         "resume out and pass your script's own option in args" % entrypoint)
-    if not entrypoint:
-        for arg in args:
-            option = arg.split("=", 1)[0]
-            if option in PLANNED_OPTIONS:
-                var = PLANNED_OPTIONS[option]
-                problems.append("args sets %s, which the plan sets itself. Fix: %s" % (
-                    option, "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
+    if entrypoint:
+        return
+    for arg in args:
+        option = arg.split("=", 1)[0]
+        if option in PLANNED_OPTIONS:
+            var = PLANNED_OPTIONS[option]
+            problems.append("args sets %s, which the plan sets itself. Fix: %s" % (
+                option, "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
+
+
+def slots_within_gpus(workers, problems):
+    """A CUDA host has no more ranks (``deepspeed_slots``) than GPUs: a CUDA rank needs a GPU of its own."""
     for name, w in workers.items():
         gpus, slots = int(w.get("gpus") or 0), w.get("slots")
         if gpus and w.get("accelerator") in (None, "", "cuda") and str(slots).isdigit() and int(slots) > gpus:
             problems.append("host %s: deepspeed_slots=%s, but it has %d GPU(s) (nvidia-smi) and a CUDA rank needs a "
                             "GPU of its own. Fix: deepspeed_slots <= %d for %s, or leave it unset (one rank per GPU)"
                             % (name, slots, gpus, gpus, name))
+
+
+def rank_layout(workers, include, exclude, problems):
+    """Which workers take ranks, with how many, in which order (``hostfile.build``), or None with the problem: only
+    workers with slots (GPUs, or deepspeed_slots) can."""
     candidates = dict((name, w.get("slots")) for name, w in workers.items() if w.get("slots") is not None)
-    layout = None
     if not candidates:
         problems.append("no worker has GPUs (nvidia-smi found none on %s) and none sets deepspeed_slots. Fix: set "
                         "deepspeed_slots (ranks per node) for CPU workers in the inventory, or check the GPU driver "
                         "on the workers (nvidia-smi)" % (", ".join(workers) or "no workers"))
-    else:
-        try:
-            layout = build(with_slots(list(candidates), candidates), exclude=exclude, include=include or None)
-        except HostfileError as exc:
-            problems.append(str(exc))
-    if problems:
-        raise JobError("; ".join(problems))
-    rank_hosts = [h["name"] for h in layout["hosts"]]
+        return None
+    try:
+        return build(with_slots(list(candidates), candidates), exclude=exclude, include=include or None)
+    except HostfileError as exc:
+        problems.append(str(exc))
+        return None
+
+
+def check_answered(workers, rank_hosts):
+    """JobError when a rank host did not answer this play (unreachable, or reading it failed)."""
     silent = [h for h in rank_hosts if workers[h].get("answered") is False]
     if silent:
         raise JobError("%s did not answer (unreachable, or reading it failed: the error is above), so a job on %s "
                        "cannot start. Fix: repair %s, or leave it out with -e exclude=%s" % (
                            ", ".join(silent), ", ".join(rank_hosts), ", ".join(silent), ",".join(silent)))
+
+
+def placement(job, layout, workers, coordinators):
+    """Where the run is: its directories, its nodes and ranks (the layout), the master and every rank host's address,
+    the accelerator (the master's)."""
+    rank_hosts = [h["name"] for h in layout["hosts"]]
     master = workers[layout["master"]]
-    job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
-    job.update({
-        "run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options, "entrypoint": entrypoint, "args": args,
-        "run_dir": "%s/runs/%s" % (job["shared_dir"], run_id),
+    return {
+        "run_dir": "%s/runs/%s" % (job["shared_dir"], job["run_id"]),
         "checkpoint_dir": "%s/checkpoints/%s" % (job["shared_dir"], job["model"]),
         "coordinators": list(coordinators), "rank_hosts": rank_hosts,
         "slots": dict((h["name"], h["slots"]) for h in layout["hosts"]),
@@ -327,17 +369,60 @@ def plan(settings, workers, coordinators, now):
         "master": layout["master"], "master_addr": master.get("address") or layout["master"],
         "addresses": dict((h, workers[h].get("address") or h) for h in rank_hosts),
         "accelerator": master.get("accelerator") or ("cuda" if int(master.get("gpus") or 0) > 0 else "cpu"),
-        "metrics": not entrypoint,
-    })
+    }
+
+
+def common_interface(workers, rank_hosts):
+    """The rank hosts' network interface when they all name the same one, else None."""
     interfaces = sorted(set(workers[h].get("interface") for h in rank_hosts) - {None, ""})
-    job["interface"] = interfaces[0] if len(interfaces) == 1 else None
+    return interfaces[0] if len(interfaces) == 1 else None
+
+
+def rank_memory_gib(workers, rank_hosts, slots):
+    """The memory one rank may use: the smallest rank host's over the most ranks on a host; None when a host's is
+    unknown."""
     memory = [workers[h].get("memtotal_mb") for h in rank_hosts]
-    job["rank_memory_gib"] = (min(memory) / 1024.0 / max(job["slots"].values())) if all(memory) else None
-    job["env"] = rank_env(job, settings, master.get("env") or {}, user)
+    return (min(memory) / 1024.0 / max(slots.values())) if all(memory) else None
+
+
+def plan(settings, workers, coordinators, now):
+    """The whole job, or JobError.
+
+    ``settings``: the -e values and inventory settings (keys of DEFAULTS, plus ``run_id``, ``hosts``,
+    ``exclude``, ``entrypoint``, ``args``, ``resume``, ``ds_config``, ``model_path``, ``dataset``,
+    ``deepspeed_rank_env``, ``hf_token_set``).  ``workers``: inventory name -> ``{"slots" (or None),
+    "accelerator" (deepspeed_accelerator, or None), "gpus", "address", "memtotal_mb", "interface",
+    "env"}`` in inventory order.  ``coordinators``: inventory names.  ``now``: a datetime (UTC) for
+    the default run id.
+    """
+    problems = []
+    job = directories(settings, problems)
+    run_settings(job, settings, problems)
+    backend, backend_options = launch_backend(settings, problems)
+    run_id = run_id_for(settings, job["model"], now, problems)
+    secret_settings(job, settings, run_id, problems)
+    user = user_env(settings, problems)
+    entrypoint, args = user_program(settings, problems)
+    include, exclude = host_choice(settings, problems)
+    args_against_plan(job["resume"], entrypoint, args, problems)
+    slots_within_gpus(workers, problems)
+    layout = rank_layout(workers, include, exclude, problems)
+    if problems:
+        raise JobError("; ".join(problems))
+    rank_hosts = [h["name"] for h in layout["hosts"]]
+    check_answered(workers, rank_hosts)
+    job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
+    job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,
+                "entrypoint": entrypoint, "args": args})
+    job.update(placement(job, layout, workers, coordinators))
+    job["metrics"] = not entrypoint
+    job["interface"] = common_interface(workers, rank_hosts)
+    job["rank_memory_gib"] = rank_memory_gib(workers, rank_hosts, job["slots"])
+    job["env"] = rank_env(job, settings, workers[job["master"]].get("env") or {}, user)
     job["program"] = program(job, settings)
     # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
     job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None
-    problems = backend.check(job)
+    problems = backend.options.check(job)
     if problems:
         raise JobError("; ".join(problems))
     job["launch"] = backend.describe(job)

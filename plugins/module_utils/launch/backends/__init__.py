@@ -1,32 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Launch backends: how the ranks of a planned job start, what watches them, how a run stops.
+"""Launch backends: where the ranks of a planned job run, how they start, what follows them, how a run stops.
 
-A backend is one file in this package with one ``Backend`` subclass, listed in ``REGISTRY`` below
-(the only place, with the backends' own files, that names them).  It answers from the job plan
-(``module_utils/plan/job.py``) alone; it never runs anything:
+A backend is one file in this package with one ``Backend`` subclass, listed in ``REGISTRY`` below (the only place,
+with the backends' own files, that names them).  It answers from the job plan (``module_utils/plan/job.py``) alone;
+it never runs anything.  A backend is six small parts, each with defaults; a backend changes what differs, a part's
+data with keyword arguments (``Stop(signal="KILL")``), its logic in a subclass:
 
-* ``launchers(job)``: the nodes whose agent starts a DeepSpeed launcher;
-* ``agents(job)``: every node that runs the run's agent (launchers and watchers);
-* ``launch_argv(job, node)``: the launcher's argv on that node;
-* ``ssh_pairs(job)``: the (source, target) SSH logins the launch needs (what preflight checks);
-* ``ranks_over_ssh``: whether the ranks start in an SSH login (their limits are that login's);
-* ``stop``: how a run is stopped (the agents' lease and ABORT file; scancel for slurm);
-* ``SETTINGS`` / ``options(settings, problems)``: the backend's own variables (name -> default), checked;
-* ``check(job)``: problems of the planned job that only this backend has;
-* ``files(job)``: more files of the run directory (path under it -> text), written with the hostfile;
-* ``start(job)`` / ``handoff(job)``: whether the play starts the run, and what it says when it does not;
-* ``checks``: the preflight role's tasks file for this backend (``tasks/backend/<checks>.yml``), or None;
-* ``ssh_agents(job)``: the agents the play starts over SSH (default: all); the others are started by the
-  backend's scheduler (a Kubernetes pod runs its own);
-* ``tasks``: the backend's one tasks file for the run, in role ``backend`` (``tasks/<tasks>.yml``), included
-  with ``backend_step`` ``start`` (before the agents start) and ``finish`` (after the run is collected,
-  whatever its end), or None;
-* ``follow(job)`` / ``follower(spec)``: what the watch follows beside the agents' heartbeats (a scheduler's
-  view of the ranks), as JSON, and the object that follows it on the controller (``poll``, ``progress``,
-  ``record``, ``stop``), or None;
-* ``probe_nodes``: whether the watch may probe the rank nodes' SSH port to name one that is cut off.
+* ``ranks`` (``Ranks``): where the ranks run: the launchers, the agents, the SSH logins the launch needs;
+* ``options`` (``Options``): the backend's own variables, read and checked, and its checks of the planned job;
+* ``start`` (``Start``): how the ranks start: the launcher's argv, more files of the run directory, whether the play
+  starts the run;
+* ``tasks`` (``Tasks``): the backend's tasks file in role ``backend``, and what it reads of the plan;
+* ``watch`` (``Watch``): what the watch follows beside the agents' heartbeats;
+* ``stop`` (``Stop``): how a run stops: the agents' argv, their first signal, the scheduler's turn.
+
+``Backend.describe(job)`` is what the plan records under ``launch``.  docs/backends.md lists the whole interface.
 
 Pure Python, no Ansible import.
 """
@@ -47,67 +37,42 @@ def flag(value):
     return bool(value)
 
 
-class Backend(object):
-    """The interface; see the package's docstring."""
+class Part(object):
+    """One part of a backend: ``Part(name=value, ...)`` changes its data; a subclass changes its logic."""
 
-    NAME = None
-    DESCRIPTION = ""
-    ranks_over_ssh = False
-    stop = "lease"
-    checks = None
-    tasks = None
-    probe_nodes = True
-    # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
-    # stopping its job) before it kills them; 0: at once.
-    sweep_after = 0
-    # The first signal the agent gives the launcher's process group when the run stops.
-    stop_signal = "TERM"
-    SETTINGS = {}
+    def __init__(self, **changes):
+        for key, value in changes.items():
+            if not hasattr(self, key):
+                raise TypeError("%s has no %s" % (type(self).__name__, key))
+            setattr(self, key, value)
 
-    def options(self, settings, problems):
-        """The backend's own settings (``SETTINGS``' keys) from ``settings``, checked: each problem is appended
-        to ``problems`` with its fix."""
-        return {}
 
-    def files(self, job):
-        return {}
+class Ranks(Part):
+    """Where the ranks run: the nodes that start a launcher, the nodes that run an agent, the SSH the launch needs."""
 
-    def check(self, job):
-        """Problems (each with its fix) of the planned job that only this backend has."""
-        return []
-
-    def start(self, job):
-        return True
-
-    def handoff(self, job):
-        return None
+    # A launcher on every rank node (DeepSpeed's --no_ssh), or one on the coordinator.
+    launcher_per_node = True
+    # The launcher logs in to every node over SSH, and the ranks start in that login (its limits: memlock).
+    over_ssh = False
+    # The play starts the agents over SSH; False: the backend's scheduler starts them (a Kubernetes pod runs its own).
+    agents_over_ssh = True
 
     def launchers(self, job):
-        raise NotImplementedError
-
-    def ssh_agents(self, job):
-        return self.agents(job)
-
-    def follow(self, job):
-        return None
-
-    def follower(self, spec):
-        return None
-
-    def extra(self, job):
-        """What the backend's tasks file reads of the plan, beyond the common description (JSON)."""
-        return {}
+        """The nodes whose agent starts a launcher."""
+        return list(job["rank_hosts"] if self.launcher_per_node else job["coordinators"][:1])
 
     def agents(self, job):
-        """Launchers first, then every rank node not yet listed."""
+        """Every node that runs the run's agent: the launchers first, then every rank node not yet listed."""
         out = list(self.launchers(job))
         out += [h for h in job["rank_hosts"] if h not in out]
         return out
 
-    def launch_argv(self, job, node):
-        raise NotImplementedError
+    def ssh_agents(self, job):
+        """The agents the play starts over SSH."""
+        return self.agents(job) if self.agents_over_ssh else []
 
     def ssh_pairs(self, job):
+        """The (source, target) SSH logins the launch needs (what preflight checks)."""
         return []
 
     def ssh_targets(self, job):
@@ -116,6 +81,49 @@ class Backend(object):
         for src, dst in self.ssh_pairs(job):
             out.setdefault(src, []).append(dst)
         return out
+
+
+class Options(Part):
+    """The backend's own variables (inventory or -e), read and checked, and its checks of the planned job."""
+
+    # Variable -> default: what the job_plan action reads from the play (``setting_names``).
+    defaults = {}
+
+    def read(self, settings, problems):
+        """The backend's options (``job["backend_options"]``) from ``settings``: each problem is appended to
+        ``problems`` with its fix."""
+        return {}
+
+    def check(self, job):
+        """Problems (each with its fix) of the planned job that only this backend has."""
+        return []
+
+
+class Start(Part):
+    """How the ranks start: the launcher's argv, more files of the run directory, whether the play starts the run."""
+
+    # DeepSpeed's launcher that reaches every node from one (``--launcher <it> --force_multi``), or None: a launcher
+    # on every rank node (``--no_ssh --node_rank <i>``).
+    launcher = None
+
+    def argv(self, job, node):
+        """The launcher's argv on ``node``: DeepSpeed's, whose program is ``rank_program`` (never ``job["program"]``)."""
+        if self.launcher:
+            where = ["--launcher", self.launcher, "--force_multi"]
+        else:
+            where = ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))]
+        return self.deepspeed_argv(job) + where + self.rank_program(job)
+
+    def files(self, job):
+        """More files of the run directory (path under it -> text), written with the hostfile."""
+        return {}
+
+    def now(self, job):
+        """Whether the play starts the run; False: it writes the run directory and stops, saying ``handoff``."""
+        return True
+
+    def handoff(self, job):
+        return None
 
     @staticmethod
     def deepspeed_argv(job):
@@ -131,6 +139,47 @@ class Backend(object):
         user's passes through a shell (DeepSpeed's pdsh runner pastes its command line into one)."""
         return ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
 
+
+class Tasks(Part):
+    """The backend's one tasks file in role ``backend`` (``roles/backend/tasks/<name>.yml``), if it has one."""
+
+    # Its name for preflight (``backend_step`` preflight), or None.
+    preflight = None
+    # Its name for the run, or None: included with ``backend_step`` check (no preflight), start (before the agents
+    # start) and finish (after the run is collected, whatever its end).
+    run = None
+
+    def extra(self, job):
+        """What the tasks file reads of the plan, beyond the common description (JSON)."""
+        return {}
+
+
+class Watch(Part):
+    """What the watch follows beside the agents' heartbeats."""
+
+    # Whether the watch may probe the rank nodes' SSH port to name one that is cut off.
+    probe_nodes = True
+
+    def follow(self, job):
+        """What the watch follows (a scheduler's view of the ranks), as JSON, or None."""
+        return None
+
+    def follower(self, spec):
+        """The object that follows ``spec`` on the controller (``poll``, ``progress``, ``record``, ``stop``), or None."""
+        return None
+
+
+class Stop(Part):
+    """How a run stops: the agents' lease and ABORT file, and what each agent does then."""
+
+    # "lease": the agents stop their process groups; "scancel": the scheduler cancels the job.
+    mode = "lease"
+    # The first signal the agent gives the launcher's process group when the run stops.
+    signal = "TERM"
+    # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
+    # stopping its job) before it kills them; 0: at once.
+    sweep_after = 0
+
     def agent_argv(self, job, node, launch):
         """The node's agent (multinode_ds.agent): it starts ``launch`` (the launcher's argv, or none: it
         only watches), beats, and stops the run's processes on abort or a stale lease."""
@@ -138,23 +187,48 @@ class Backend(object):
                 "--host", node, "--max-time", str(job["timeout"])]
         if not launch and self.sweep_after:
             argv += ["--sweep-after", str(self.sweep_after)]
-        if launch and self.stop_signal != "TERM":
-            argv += ["--stop-signal", self.stop_signal]
+        if launch and self.signal != "TERM":
+            argv += ["--stop-signal", self.signal]
         return argv + (["--"] + list(launch) if launch else [])
 
+
+class Backend(object):
+    """A launch backend: its name and its parts (see the package's docstring)."""
+
+    NAME = None
+    DESCRIPTION = ""
+    ranks = Ranks()
+    options = Options()
+    start = Start()
+    tasks = Tasks()
+    watch = Watch()
+    stop = Stop()
+
+    # What preflight and the watch ask of a backend directly.
+    @property
+    def ranks_over_ssh(self):
+        return self.ranks.over_ssh
+
+    def ssh_pairs(self, job):
+        return self.ranks.ssh_pairs(job)
+
+    def follower(self, spec):
+        return self.watch.follower(spec)
+
     def describe(self, job):
-        """What the playbooks and the watch read: launchers, agents, the argv per launcher and per agent,
-        SSH pairs."""
-        launchers = self.launchers(job)
-        argv = dict((node, self.launch_argv(job, node)) for node in launchers)
-        agents = self.agents(job)
+        """What the playbooks and the watch read (the plan's ``launch``): launchers, agents, the argv per launcher
+        and per agent, SSH pairs, and each part's answer."""
+        ranks, start, tasks, watch = self.ranks, self.start, self.tasks, self.watch
+        launchers = ranks.launchers(job)
+        argv = dict((node, start.argv(job, node)) for node in launchers)
+        agents = ranks.agents(job)
         return {"name": self.NAME, "launchers": launchers, "agents": agents, "argv": argv,
-                "agent_argv": dict((node, self.agent_argv(job, node, argv.get(node))) for node in agents),
-                "ssh_pairs": [list(p) for p in self.ssh_pairs(job)], "ssh_targets": self.ssh_targets(job),
-                "ranks_over_ssh": self.ranks_over_ssh, "ssh_agents": self.ssh_agents(job),
-                "stop": self.stop, "checks": self.checks, "files": self.files(job), "start": self.start(job),
-                "handoff": self.handoff(job), "tasks": self.tasks, "follow": self.follow(job),
-                "probe_nodes": self.probe_nodes, "extra": self.extra(job)}
+                "agent_argv": dict((node, self.stop.agent_argv(job, node, argv.get(node))) for node in agents),
+                "ssh_pairs": [list(p) for p in ranks.ssh_pairs(job)], "ssh_targets": ranks.ssh_targets(job),
+                "ranks_over_ssh": ranks.over_ssh, "ssh_agents": ranks.ssh_agents(job),
+                "stop": self.stop.mode, "checks": tasks.preflight, "files": start.files(job), "start": start.now(job),
+                "handoff": start.handoff(job), "tasks": tasks.run, "follow": watch.follow(job),
+                "probe_nodes": watch.probe_nodes, "extra": tasks.extra(job)}
 
 
 # The registry: one import and one entry per backend.
@@ -180,4 +254,4 @@ def get(name):
 
 def setting_names():
     """Every backend's own variables (what the job_plan action reads from the play)."""
-    return sorted(set(k for b in REGISTRY.values() for k in b.SETTINGS))
+    return sorted(set(k for b in REGISTRY.values() for k in b.options.defaults))

@@ -31,20 +31,17 @@ OBJECTS_FILE = "k8s/objects.json"
 AGENTS_FILE = "k8s/agents.json"
 
 
-class KubernetesBackend(backends.Backend):
-    NAME = "kubernetes"
-    DESCRIPTION = "a StatefulSet and a headless Service per run, one pod per rank node (kubernetes.core)"
-    checks = "kubernetes"
-    tasks = "kubernetes"
-    probe_nodes = False
-    SETTINGS = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
+class Options(backends.Options):
+    """The namespace, the image, the fabric, the shared volume, whether to apply the objects and keep them."""
+
+    defaults = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
                 "k8s_fabric": "tcp", "k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_host_network": False,
                 "k8s_shared_volume": "", "k8s_shm_size": None, "k8s_apply": True, "k8s_keep": False,
                 "k8s_cluster_domain": "cluster.local"}
 
-    def options(self, settings, problems):
+    def read(self, settings, problems):
         opts = dict((k[len("k8s_"):], settings.get(k) if settings.get(k) is not None else v)
-                    for k, v in self.SETTINGS.items())
+                    for k, v in self.defaults.items())
         for key in ("host_network", "apply", "keep"):
             opts[key] = backends.flag(opts[key])
         opts["volume"] = k8s.parse_volume(opts.pop("shared_volume"))
@@ -56,55 +53,71 @@ class KubernetesBackend(backends.Backend):
     def check(self, job):
         return k8s.check(job, job["backend_options"])
 
-    def launchers(self, job):
-        return list(job["rank_hosts"])
 
-    def ssh_agents(self, job):
-        return []
+class Start(backends.Start):
+    """Every pod starts DeepSpeed for its ordinal with pod 0's stable DNS name as the master; the play applies the
+    objects (or writes them and stops)."""
 
-    def launch_argv(self, job, node):
+    def argv(self, job, node):
         opts = job["backend_options"]
-        master = k8s.master_dns(k8s.object_name(job["run_id"]), opts["namespace"], opts["cluster_domain"])
-        argv = self.deepspeed_argv(job)
-        argv[argv.index("--master_addr") + 1] = master
-        return argv + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] + self.rank_program(job)
+        argv = super(Start, self).argv(job, node)
+        argv[argv.index("--master_addr") + 1] = k8s.master_dns(k8s.object_name(job["run_id"]), opts["namespace"],
+                                                               opts["cluster_domain"])
+        return argv
 
     def files(self, job):
+        # One agent argv per pod ordinal (the plan's rank order).
+        agents = [KubernetesBackend.stop.agent_argv(job, host, self.argv(job, host)) for host in job["rank_hosts"]]
         return {
-            OBJECTS_FILE: json.dumps(self.objects(job), indent=1, sort_keys=True) + "\n",
-            AGENTS_FILE: json.dumps(self.describe_agents(job)) + "\n",
+            OBJECTS_FILE: json.dumps(k8s.objects(job, job["backend_options"]), indent=1, sort_keys=True) + "\n",
+            AGENTS_FILE: json.dumps(agents) + "\n",
         }
 
-    @staticmethod
-    def objects(job):
-        return k8s.objects(job, job["backend_options"])
-
-    def describe_agents(self, job):
-        """One agent argv per pod ordinal (the plan's rank order)."""
-        return [self.agent_argv(job, host, self.launch_argv(job, host)) for host in job["rank_hosts"]]
-
-    def follow(self, job):
-        opts = job["backend_options"]
-        return {"backend": self.NAME, "kubeconfig": opts["kubeconfig"], "context": opts["context"],
-                "namespace": opts["namespace"], "name": k8s.object_name(job["run_id"]),
-                "hosts": list(job["rank_hosts"]), "keep": opts["keep"]}
-
-    def follower(self, spec):
-        return Follower(spec)
-
-    def extra(self, job):
-        opts = job["backend_options"]
-        return {"objects": self.objects(job), "name": k8s.object_name(job["run_id"]),
-                "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
-                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"])}
-
-    def start(self, job):
+    def now(self, job):
         return job["backend_options"]["apply"]
 
     def handoff(self, job):
         path = "%s/%s" % (job["run_dir"], OBJECTS_FILE)
         return ("The run's Service and StatefulSet are written: %s (k8s_apply=false). Apply them with: kubectl "
                 "apply -f %s ; delete them with kubectl delete -f %s when the run ends." % (path, path, path))
+
+
+class Tasks(backends.Tasks):
+    """Role ``backend``'s kubernetes.yml checks the cluster, applies the objects and deletes them."""
+
+    preflight = "kubernetes"
+    run = "kubernetes"
+
+    def extra(self, job):
+        opts = job["backend_options"]
+        return {"objects": k8s.objects(job, opts), "name": k8s.object_name(job["run_id"]),
+                "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
+                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"])}
+
+
+class Watch(backends.Watch):
+    """The pods, as the API sees them (``Follower``); no SSH probe of the nodes."""
+
+    probe_nodes = False
+
+    def follow(self, job):
+        opts = job["backend_options"]
+        return {"backend": KubernetesBackend.NAME, "kubeconfig": opts["kubeconfig"], "context": opts["context"],
+                "namespace": opts["namespace"], "name": k8s.object_name(job["run_id"]),
+                "hosts": list(job["rank_hosts"]), "keep": opts["keep"]}
+
+    def follower(self, spec):
+        return Follower(spec)
+
+
+class KubernetesBackend(backends.Backend):
+    NAME = "kubernetes"
+    DESCRIPTION = "a StatefulSet and a headless Service per run, one pod per rank node (kubernetes.core)"
+    ranks = backends.Ranks(agents_over_ssh=False)
+    options = Options()
+    start = Start()
+    tasks = Tasks()
+    watch = Watch()
 
 
 class Follower(object):

@@ -10,26 +10,21 @@ __metaclass__ = type
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 
 
+class Ranks(backends.Ranks):
+    launcher_per_node = False
+    over_ssh = True
+
+    def ssh_pairs(self, job):
+        """The coordinator reaches every node, itself included; every rank node reaches itself (pdsh treats a local entry like any other)."""
+        coords = list(job["coordinators"])
+        pairs = [(src, dst) for src in coords for dst in coords + [h for h in job["rank_hosts"] if h not in coords]]
+        return pairs + [(h, h) for h in job["rank_hosts"] if (h, h) not in pairs]
+
+
 class PdshBackend(backends.Backend):
     NAME = "pdsh"
     DESCRIPTION = "DeepSpeed's launcher on the coordinator, SSH to the workers"
-    ranks_over_ssh = True
-    # DeepSpeed's runner answers SIGTERM with `pdsh ... pkill -f 'python -u -m deepspeed.launcher.launch'`, which
-    # kills every run's launchers on the nodes: the agent kills it outright, and each node's agent stops this
-    # run's ranks by their marker.
-    stop_signal = "KILL"
-
-    def launchers(self, job):
-        return list(job["coordinators"][:1])
-
-    def launch_argv(self, job, node):
-        return self.deepspeed_argv(job) + ["--launcher", "pdsh", "--force_multi"] + self.rank_program(job)
-
-    def ssh_pairs(self, job):
-        """The coordinator reaches every node of the job, itself included; every rank node reaches
-        itself (DeepSpeed's launcher and pdsh treat a local entry like any other)."""
-        coords = list(job["coordinators"])
-        nodes = coords + [h for h in job["rank_hosts"] if h not in coords]
-        pairs = [(src, dst) for src in coords for dst in nodes]
-        pairs += [(h, h) for h in job["rank_hosts"] if (h, h) not in pairs]
-        return pairs
+    ranks = Ranks()
+    start = backends.Start(launcher="pdsh")
+    # DeepSpeed's runner answers SIGTERM with `pdsh ... pkill -f 'python -u -m deepspeed.launcher.launch'` (every run's): KILL it; agents stop the ranks.
+    stop = backends.Stop(signal="KILL")

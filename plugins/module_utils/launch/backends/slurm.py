@@ -31,21 +31,16 @@ RESERVED = dict([(o, "the plan's layout: -e hosts/exclude and deepspeed_slots") 
     ("--exclusive", "-e slurm_exclusive=false")])
 
 
-class SlurmBackend(backends.Backend):
-    NAME = "slurm"
-    DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
-    stop = "scancel"
-    # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
-    # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
-    sweep_after = 15
-    checks = "slurm"
+class Options(backends.Options):
+    """The partition, the account, sbatch's own options, whether to submit; Slurm's node names and GPUs per node."""
+
     # Inventory or -e variable -> default.
-    SETTINGS = {"slurm_partition": "gpu", "slurm_account": None, "slurm_submit": True, "slurm_exclusive": True,
+    defaults = {"slurm_partition": "gpu", "slurm_account": None, "slurm_submit": True, "slurm_exclusive": True,
                 "slurm_sbatch_args": []}
 
-    def options(self, settings, problems):
+    def read(self, settings, problems):
         opts = dict((k[len("slurm_"):], settings.get(k, v) if settings.get(k) is not None else v)
-                    for k, v in self.SETTINGS.items())
+                    for k, v in self.defaults.items())
         for key in ("partition", "account"):
             value = opts[key]
             if value not in (None, "") and not slurm.NAME_RE.fullmatch(str(value)):
@@ -73,13 +68,6 @@ class SlurmBackend(backends.Backend):
             opts[key] = backends.flag(opts[key])
         return opts
 
-    def launchers(self, job):
-        return list(job["coordinators"][:1])
-
-    def launch_argv(self, job, node):
-        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"],
-                "--host", node]
-
     def check(self, job):
         problems = []
         for host, name in sorted((job.get("scheduler_names") or {}).items()):
@@ -93,7 +81,16 @@ class SlurmBackend(backends.Backend):
                             "with as many GPUs" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
         return problems
 
-    def rank_argv(self, job):
+
+class Start(backends.Start):
+    """The coordinator's agent submits the batch script and follows the job; srun starts each rank (``rank_argv``)."""
+
+    def argv(self, job, node):
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"],
+                "--host", node]
+
+    @staticmethod
+    def rank_argv(job):
         return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
                 "--master-addr", job["master_addr"], "--master-port", str(job["master_port"])]
 
@@ -110,10 +107,22 @@ class SlurmBackend(backends.Backend):
             slurm.NAMES_FILE: json.dumps(dict((v, k) for k, v in sorted(names.items())), sort_keys=True) + "\n",
         }
 
-    def start(self, job):
+    def now(self, job):
         return job["backend_options"]["submit"]
 
     def handoff(self, job):
         script = "%s/%s" % (job["run_dir"], slurm.BATCH_SCRIPT)
         return ("The batch script is written: %s (slurm_submit=false). Submit it with: sbatch %s ; the run writes "
                 "its logs and metrics under %s." % (script, script, job["run_dir"]))
+
+
+class SlurmBackend(backends.Backend):
+    NAME = "slurm"
+    DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
+    ranks = backends.Ranks(launcher_per_node=False)
+    options = Options()
+    start = Start()
+    tasks = backends.Tasks(preflight="slurm")
+    # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
+    # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
+    stop = backends.Stop(mode="scancel", sweep_after=15)

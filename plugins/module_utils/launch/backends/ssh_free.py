@@ -11,12 +11,6 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import 
 
 
 class SshFreeBackend(backends.Backend):
+    """Every part's defaults: a launcher on every rank node (``--no_ssh --node_rank``), started by the play."""
     NAME = "ssh-free"
     DESCRIPTION = "Ansible starts every node, no SSH between nodes"
-
-    def launchers(self, job):
-        return list(job["rank_hosts"])
-
-    def launch_argv(self, job, node):
-        return self.deepspeed_argv(job) + ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))] \
-            + self.rank_program(job)

@@ -146,8 +146,8 @@ def test_ssh_free_has_no_ssh_targets():
 
 def test_ssh_targets_of_the_backend_directly():
     job = {"coordinators": ["c1"], "rank_hosts": ["a", "b"]}
-    assert backends.get("pdsh").ssh_targets(job) == {"c1": ["c1", "a", "b"], "a": ["a"], "b": ["b"]}
-    assert backends.get("ssh-free").ssh_targets(job) == {}
+    assert backends.get("pdsh").ranks.ssh_targets(job) == {"c1": ["c1", "a", "b"], "a": ["a"], "b": ["b"]}
+    assert backends.get("ssh-free").ranks.ssh_targets(job) == {}
 
 
 # --------------------------------------------------------------------------- a worker that did not answer
