@@ -488,7 +488,6 @@ def write_inventory(hosts: dict, key: Path) -> None:
         "    # The podman volume mounted on every node stands in for NFS here.",
         "    shared_dir_provider: preexisting",
         "    deepspeed_accelerator: cpu",
-        f"    ssh_mesh_controller_key_dir: {CLUSTER / 'mesh'}",
         "    ssh_mesh_cluster_name: local",
         "  children:",
     ]

@@ -82,8 +82,8 @@ def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
     # The same settings as the run above, so that the history compares the two.
     res = run_playbook("benchmark_schedule.yml", "-e", "samples=8", "-e", "max_new_tokens=8", name="bench-schedule")
     assert res.rc == 0, res.tail()
-    assert "Every day at 19:00 (cron on coord, as root)" in res.out, res.tail()
-    crontab = coord("crontab -l -u root").stdout
+    assert "Every day at 19:00 (cron on coord, as deepspeed)" in res.out, res.tail()
+    crontab = coord("crontab -l -u deepspeed").stdout
     m = re.search(r"^0 19 \* \* \* (/opt/multinode-deepspeed/bin/multinode-benchmark >> /shared/bench/schedule.log"
                   r" 2>&1)$", crontab, re.M)
     assert m, crontab
@@ -132,7 +132,7 @@ def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
     # Removing the schedule removes the crontab entry.
     res = run_playbook("benchmark_schedule.yml", "-e", "benchmark_schedule_state=absent", name="bench-unschedule")
     assert res.rc == 0, res.tail()
-    assert "multinode-benchmark" not in coord("crontab -l -u root", check=False).stdout
+    assert "multinode-benchmark" not in coord("crontab -l -u deepspeed", check=False).stdout
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -55,17 +55,24 @@ def test_site_second_run_changes_nothing(provisioned, run_playbook):
 
 
 def test_ssh_mesh_is_real_and_strict(provisioned):
-    # pdsh from the coordinator to every worker and to itself, with host keys checked.
-    res = podman_exec("coord", "pdsh", "-R", "ssh", "-w", "coord,worker1,worker2", "hostname")
+    # As the run's non-root account (site.yml made it): pdsh from the coordinator to every worker and to itself,
+    # with host keys checked.
+    res = podman_exec("coord", "su", "-s", "/bin/sh", "deepspeed", "-c", "pdsh -R ssh -w coord,worker1,worker2 hostname")
     assert res.returncode == 0, res.stderr
     assert sorted(line.split(": ")[1] for line in res.stdout.splitlines()) == ["coord", "worker1", "worker2"]
-    cfg = podman_exec("worker1", "cat", "/root/.ssh/config").stdout
+    cfg = podman_exec("coord", "cat", "/home/deepspeed/.ssh/config").stdout
     assert "StrictHostKeyChecking yes" in cfg and "StrictHostKeyChecking no" not in cfg
-    keys = podman_exec("worker1", "cat", "/root/.ssh/authorized_keys").stdout
-    assert re.search(r'^from="[0-9.,:]+" ssh-ed25519 ', keys, re.M), keys
-    # An unknown host key is refused, not accepted.
-    res = podman_exec("worker1", "ssh", "-o", "UserKnownHostsFile=/dev/null", "-o", "GlobalKnownHostsFile=/dev/null",
-                      "worker2", "true")
+    # The coordinator's own key, authorized on a worker from the coordinator's addresses only.
+    keys = podman_exec("worker1", "cat", "/home/deepspeed/.ssh/authorized_keys").stdout
+    assert re.search(r'^from="[0-9.,:]+" ssh-ed25519 \S+ multinode-deepspeed local coord$', keys, re.M), keys
+    assert "multinode-deepspeed local worker" not in keys
+    # A worker holds no cluster key and logs in nowhere: an unknown host key is refused, a login has no key.
+    assert podman_exec("worker1", "ls", "/home/deepspeed/.ssh/id_ed25519_local").returncode != 0
+    res = podman_exec("worker1", "su", "-s", "/bin/sh", "deepspeed", "-c",
+                      "ssh -o BatchMode=yes -o ConnectTimeout=5 worker2 true")
+    assert res.returncode != 0 and "Permission denied" in res.stderr, res.stderr
+    res = podman_exec("coord", "su", "-s", "/bin/sh", "deepspeed", "-c",
+                      "ssh -o UserKnownHostsFile=/dev/null -o GlobalKnownHostsFile=/dev/null worker2 true")
     assert res.returncode != 0 and "Host key verification failed" in res.stderr
 
 

@@ -189,12 +189,19 @@ def test_a_node_slurm_marks_down_is_named_as_the_cause(slurm, run_playbook):
 def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_playbook):
     run_id = f"e2e-slurm-script-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "slurm_submit=false", "-e", "steps=8",
-                       "-e", f"run_id={run_id}", "-e", "preflight=false", name="slurm-submit-false")
+                       "-e", f"run_id={run_id}", "-e", "preflight=false",
+                       "-e", json.dumps({"secret_env": {"MY_TOKEN": "tok-handoff"}}), name="slurm-submit-false")
     assert res.rc == 0, res.tail()
+    assert "tok-handoff" not in res.out
     script = f"/shared/runs/{run_id}/slurm/job.sbatch"  # the local inventory's shared_dir_path
     assert f"Submit it with: sbatch {script}" in " ".join(res.out.split())
     assert on_coord(f"sacct -n -X --name=mnds-{run_id} -o JobID").stdout.strip() == ""
-    job_id = on_coord(f"sbatch --parsable {script}").stdout.strip()
+    # The run handed to the user has its secrets on every rank node already, owned by the run's (non-root) user.
+    for node in ("worker1", "worker2"):
+        got = podman("exec", f"mnds-{node}", "stat", "-c", "%U %a",
+                     f"/opt/multinode-deepspeed/secrets/runs/{run_id}.json").stdout.split()
+        assert got == ["deepspeed", "600"], (node, got)
+    job_id = on_coord(f"su -s /bin/sh deepspeed -c 'sbatch --parsable {script}'").stdout.strip()
     assert job_id.isdigit()
     assert sacct_state(job_id, 120) == "COMPLETED"
     steps = on_coord(f"grep -c '\"event\": \"step\"' /shared/runs/{run_id}/metrics/rank1.jsonl").stdout.strip()

@@ -18,11 +18,16 @@ SECRET = "s3cr3t-%d; $(touch /tmp/mnds-pwned-secret)" % int(time.time())
 SCRIPT_DIR = "/shared/e2e values"
 # The script's own path has a space and a command in it: a shell that split it would run `touch`.
 SCRIPT = SCRIPT_DIR + "/echo me;touch mnds-pwned-path.py"
-ECHO = """import json, os, subprocess, sys
+ECHO = """import glob, json, os, socket, subprocess, sys
 secret = os.environ.get("MY_API_SECRET", "")
 ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+# What code in a rank can reach: a private key it can read, a login to another node.
+keys = [k for k in glob.glob("/home/*/.ssh/id_*") + glob.glob("/root/.ssh/id_*") + glob.glob("/etc/ssh/ssh_host_*_key")
+        if not k.endswith(".pub") and os.access(k, os.R_OK)]
+logins = [n for n in ("coord", "worker1", "worker2") if n != socket.gethostname() and subprocess.run(
+    ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", n, "true"], capture_output=True).returncode == 0]
 out = {"argv": sys.argv[1:], "note": os.environ.get("MY_NOTE"), "secret_seen": bool(secret),
-       "secret_in_ps": bool(secret) and secret in ps}
+       "secret_in_ps": bool(secret) and secret in ps, "uid": os.getuid(), "keys": keys, "logins": logins}
 path = os.path.join(os.environ["MULTINODE_DS_RUN_DIR"], "seen-rank%s.json" % os.environ["RANK"])
 json.dump(out, open(path, "w"))
 print("rank", os.environ["RANK"], "saw", len(sys.argv) - 1, "arguments")
@@ -46,13 +51,22 @@ def pwned_anywhere(run_dir=None):
     return found
 
 
+# A line in the launching user's ~/.deepspeed_env that the run does not own (left by hand, another tool): DeepSpeed
+# would paste it into pdsh's remote shell. The run reads only its own file (DS_ENV_FILE), so it never runs.
+HOME_ENV_LINE = "NCCL_DEBUG_FILE=/tmp/x$(touch %s-home)" % PWNED
+
+
 @pytest.fixture(scope="module")
 def echo_script(provisioned):
     on("coord", "mkdir -p '%s'" % SCRIPT_DIR)
     assert podman("exec", "-i", "mnds-coord", "sh", "-c", "cat > \"$0\"", SCRIPT, input=ECHO).returncode == 0
     for node in NODES:
         on(node, "rm -f %s*" % PWNED)
-    return SCRIPT
+    home_env = on("coord", "echo ~deepspeed/.deepspeed_env").stdout.strip()
+    assert podman("exec", "-i", "mnds-coord", "sh", "-c", "cat >> \"$0\"", home_env,
+                  input=HOME_ENV_LINE + "\n").returncode == 0
+    yield SCRIPT
+    on("coord", "sed -i '/mnds-pwned-home/d' %s" % home_env)
 
 
 def vars_file(tmp_path, data):
@@ -101,6 +115,8 @@ def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(echo_scrip
         assert rank["argv"][1:] == HOSTILE_ARGS and rank["argv"][0].startswith("--local_rank=")
         assert rank["note"] == HOSTILE_ENV
         assert rank["secret_seen"] is True and rank["secret_in_ps"] is False
+        # The default account is not root; from a rank no private key is readable and no other node lets it in.
+        assert rank["uid"] != 0 and rank["keys"] == [] and rank["logins"] == [], rank
     assert pwned_anywhere(run_dir) == []
     # The secret: in no collected file, not in the play's output, and its node-local file is gone.
     collected = ROOT / "runs" / run_id
@@ -113,3 +129,21 @@ def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(echo_scrip
     for node in ("worker1", "worker2"):
         assert on(node, "ls /opt/multinode-deepspeed/secrets/runs/ 2>/dev/null").stdout.split() == [], node
     assert on("coord", f"stat -c %a {run_dir}/rank.env {run_dir}/.deepspeed_env").stdout.split() == ["600", "600"]
+
+
+def test_nccl_env_a_shell_would_expand_is_refused_before_the_role_writes(provisioned, run_playbook, tmp_path):
+    """nccl_env reaches every launch's .deepspeed_env and DeepSpeed's remote shell: refused at its source."""
+    before = {n: on(n, "md5sum /etc/multinode-deepspeed/deepspeed_env ~deepspeed/.deepspeed_env").stdout
+              for n in NODES}
+    extra = vars_file(tmp_path, {"nccl_env": {"NCCL_DEBUG_FILE": "/tmp/x$(touch %s-nccl)" % PWNED},
+                                 "nccl_socket_ifname": "eth0;touch %s-ifname" % PWNED})
+    res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "nccl_role.yml"), "-e", extra, name="values-nccl")
+    assert res.rc != 0
+    flat = " ".join(res.out.split())
+    for node in ("worker1", "worker2"):
+        assert f"host {node}: nccl_socket_ifname='eth0;touch" in flat, res.tail(20)
+    assert "nccl_env: NCCL_DEBUG_FILE='/tmp/x$(touch" in flat and "deepspeed_rank_env" in flat
+    assert "TASK [multinode.deepspeed.nccl : Write NCCL's configuration file]" not in res.out
+    assert {n: on(n, "md5sum /etc/multinode-deepspeed/deepspeed_env ~deepspeed/.deepspeed_env").stdout
+            for n in NODES} == before
+    assert pwned_anywhere() == []

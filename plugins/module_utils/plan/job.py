@@ -17,6 +17,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
+import ipaddress
 import re
 import shlex
 
@@ -31,6 +33,7 @@ DEFAULTS = {
     "backend": backends.DEFAULT,
     "master_port": 29500,
     "timeout": 3600,
+    "startup_timeout": 300,
     "save_interval": 0,
     "shared_dir": "/srv/multinode-deepspeed",
     "home": "/opt/multinode-deepspeed",
@@ -43,6 +46,9 @@ ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # A directory of the cluster (from the inventory): it goes into the run directory's path, argv and DeepSpeed's
 # remote command line, so only characters no shell treats specially, and no '..'.
 PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
+# A host name (RFC 1123 labels): a node's address reaches DeepSpeed's --master_addr and the launcher's argv.
+HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
+                         r"[A-Za-z0-9])?)*\.?")
 # A value DeepSpeed's pdsh runner can export as it is (its own test for values it leaves unquoted): the others only
 # reach the ranks through rank.env, read by multinode_ds.rank on each node, never through a shell.
 SHELL_SAFE_RE = re.compile(r"[\w@%+=:,./-]*")
@@ -158,7 +164,9 @@ def rank_env(job, settings, node_env, user):
     settings, the job's NCCL profile and stack variables (``node_env``), the user's (``user_env``)."""
     env = {"DS_ACCELERATOR": job["accelerator"], "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "MULTINODE_DS_RUN_ID": job["run_id"], "MULTINODE_DS_RUN_DIR": job["run_dir"],
-           "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH}
+           "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH,
+           # DeepSpeed's launcher reads this run's file, never a .deepspeed_env in the user's home.
+           "DS_ENV_FILE": job["run_dir"] + "/.deepspeed_env"}
     if job.get("interface"):
         env["GLOO_SOCKET_IFNAME"] = job["interface"]
     env.update(node_env or {})
@@ -239,6 +247,20 @@ def run_settings(job, settings, problems):
     job["resume"] = _switch(settings, "resume", problems)
     _switch(settings, "preflight", problems, also=("force",))
     job["stall_timeout"] = stall_timeout(settings, job["timeout"], problems)
+
+
+def start_timeouts(settings, timeout, problems):
+    """``startup_timeout``: seconds the ranks get to start once they can (a Slurm job started, the pods running),
+    shorter than ``timeout``; ``queue_timeout``: seconds a job may wait in the scheduler's queue (None: only
+    ``timeout`` bounds it)."""
+    startup = _whole(settings, "startup_timeout", 10, None, "seconds", problems, LIMITS["timeout"])
+    if startup and timeout and startup >= timeout:
+        problems.append("startup_timeout=%d is not shorter than timeout=%d. Fix: -e startup_timeout=<fewer seconds "
+                        "than %d>, or a longer -e timeout" % (startup, timeout, timeout))
+    queue = None
+    if settings.get("queue_timeout") not in (None, ""):
+        queue = _whole(settings, "queue_timeout", 10, None, "seconds", problems, LIMITS["timeout"])
+    return startup, queue
 
 
 def stall_timeout(settings, timeout, problems):
@@ -354,6 +376,34 @@ def check_answered(workers, rank_hosts):
                            ", ".join(silent), ", ".join(rank_hosts), ", ".join(silent), ",".join(silent)))
 
 
+def address_problems(workers, hosts):
+    """A rank host's address (its ansible_host) is an IP address or a host name: it becomes DeepSpeed's
+    ``--master_addr`` and goes into the launcher's argv and the hostfile."""
+    problems = []
+    for host in hosts:
+        address = workers[host].get("address")
+        if address in (None, ""):
+            continue
+        try:
+            ipaddress.ip_address(str(address))
+        except ValueError:
+            if not HOSTNAME_RE.fullmatch(str(address)):
+                problems.append("host %s: ansible_host=%r is neither an IP address nor a host name (it becomes "
+                                "DeepSpeed's --master_addr and reaches the launcher's command line). Fix: set "
+                                "ansible_host for %s to the node's address, e.g. 10.0.0.11 or gpu1.example.org"
+                                % (host, address, host))
+    return problems
+
+
+def checkpoint_dir(job):
+    """The model's checkpoint directory under the shared one: by the model's name, and with ``model_path`` by that
+    path too (two runs from different weights never share one)."""
+    name = job["model"]
+    if job.get("model_path"):
+        name += "-" + hashlib.sha256(str(job["model_path"]).encode("utf-8")).hexdigest()[:12]
+    return "%s/checkpoints/%s" % (job["shared_dir"], name)
+
+
 def placement(job, layout, workers, coordinators):
     """Where the run is: its directories, its nodes and ranks (the layout), the master and every rank host's address,
     the accelerator (the master's)."""
@@ -361,7 +411,7 @@ def placement(job, layout, workers, coordinators):
     master = workers[layout["master"]]
     return {
         "run_dir": "%s/runs/%s" % (job["shared_dir"], job["run_id"]),
-        "checkpoint_dir": "%s/checkpoints/%s" % (job["shared_dir"], job["model"]),
+        "checkpoint_dir": checkpoint_dir(job),
         "coordinators": list(coordinators), "rank_hosts": rank_hosts,
         "slots": dict((h["name"], h["slots"]) for h in layout["hosts"]),
         "first_ranks": dict((h["name"], h["first_rank"]) for h in layout["hosts"]),
@@ -398,6 +448,7 @@ def plan(settings, workers, coordinators, now):
     problems = []
     job = directories(settings, problems)
     run_settings(job, settings, problems)
+    job["startup_timeout"], job["queue_timeout"] = start_timeouts(settings, job["timeout"], problems)
     backend, backend_options = launch_backend(settings, problems)
     run_id = run_id_for(settings, job["model"], now, problems)
     secret_settings(job, settings, run_id, problems)
@@ -411,9 +462,13 @@ def plan(settings, workers, coordinators, now):
         raise JobError("; ".join(problems))
     rank_hosts = [h["name"] for h in layout["hosts"]]
     check_answered(workers, rank_hosts)
+    problems = address_problems(workers, rank_hosts)
+    if problems:
+        raise JobError("; ".join(problems))
     job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
     job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,
                 "entrypoint": entrypoint, "args": args})
+    job["model_path"] = settings.get("model_path") or None
     job.update(placement(job, layout, workers, coordinators))
     job["metrics"] = not entrypoint
     job["interface"] = common_interface(workers, rank_hosts)

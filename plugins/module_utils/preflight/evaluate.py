@@ -97,7 +97,7 @@ def effective_settings(settings):
 # --------------------------------------------------------------------------- reuse of a passing preflight
 
 # Variables of the ranks' environment that name one run, not the job's layout.
-RUN_ONLY_ENV = ("MULTINODE_DS_RUN_ID", "MULTINODE_DS_RUN_DIR", "HF_TOKEN_PATH")
+RUN_ONLY_ENV = ("MULTINODE_DS_RUN_ID", "MULTINODE_DS_RUN_DIR", "HF_TOKEN_PATH", "DS_ENV_FILE")
 
 
 def reuse_key(job, nodevars, settings=None):

@@ -18,8 +18,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
+
 PROFILES = ("auto", "ib", "roce", "tcp")
 RDMA_PROFILES = ("ib", "roce")
+# What may go into a .deepspeed_env: DeepSpeed's runner pastes each value into the remote shell command of its pdsh
+# launcher (in double quotes unless it matches its own safe set), so a value is a variable name's and a value
+# no shell expands: DeepSpeed's safe characters plus NCCL's list prefixes '^' and '='.
+ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_VALUE_RE = re.compile(r"[\w@%+=:,./^-]*")
+# A network interface (NCCL_SOCKET_IFNAME's forms: eth0, =eth0, ^docker,lo, ib0:1).
+IFNAME_RE = re.compile(r"[=^]?[A-Za-z0-9_.:@-]{1,15}(,[A-Za-z0-9_.:@-]{1,15})*")
 
 
 class NcclError(Exception):
@@ -57,6 +66,30 @@ def rdma_inventory(fabric):
         else:
             unusable.append((dev, port))
     return ib, roce, unusable
+
+
+def check_settings(host, socket_ifname, env):
+    """``nccl_socket_ifname`` and ``nccl_env`` as the inventory gives them: they reach every launch's
+    ``.deepspeed_env`` and DeepSpeed's remote shell command, so a name must be a variable's and a value plain text
+    no shell expands.  Raises NcclError naming the host, the variable and the fix."""
+    problems = []
+    if socket_ifname and not IFNAME_RE.fullmatch(str(socket_ifname)):
+        problems.append("nccl_socket_ifname=%r is not a network interface name (letters, digits, '_.:@-', at most "
+                        "15 characters, an optional '=' or '^' prefix, a comma-separated list). Fix: set it to the "
+                        "interface of the cluster network (ip -br addr on the node)" % (socket_ifname,))
+    if not isinstance(env or {}, dict):
+        problems.append("nccl_env must be a mapping of variable names to values. Fix: nccl_env: {NCCL_DEBUG: INFO}")
+        env = {}
+    for key, value in sorted((env or {}).items(), key=lambda kv: str(kv[0])):
+        if not isinstance(key, str) or not ENV_KEY_RE.fullmatch(key):
+            problems.append("nccl_env: %r is not a variable name. Fix: letters, digits and '_', not starting with "
+                            "a digit" % (key,))
+        elif value is not None and (isinstance(value, (dict, list)) or not ENV_VALUE_RE.fullmatch(str(value))):
+            problems.append("nccl_env: %s=%r would be pasted into the launcher's remote shell command. Fix: use only "
+                            "letters, digits and '@%%+=:,./^_-' in %s, or pass it to the ranks in "
+                            "deepspeed_rank_env (it reaches them without a shell)" % (key, value, key))
+    if problems:
+        raise NcclError("host %s: %s." % (host, "; ".join(problems)))
 
 
 def _socket_ifname(fabric, host, override):
@@ -157,6 +190,7 @@ def node_profile(fabric, host="this node", requested="auto", socket_ifname=None,
     message naming the host, the variable and the fix.
     """
     requested = requested or "auto"
+    check_settings(host, socket_ifname, env)
     if requested not in PROFILES:
         raise NcclError("host %s: nccl_profile=%r is not a profile. Fix: set nccl_profile to one of %s."
                         % (host, requested, ", ".join(PROFILES)))

@@ -54,10 +54,16 @@ def test_unsafe_settings_are_refused_before_any_change(host):
         return
     before = host.file(EXPORTS).content_string
     playbook = Path(__file__).resolve().parents[1] / "bad.yml"
-    for extra, words in (({"nfs_export_clients": ["*"]}, "never '*'"),
-                         ({"nfs_export_options": ["rw", "sync", "no_root_squash"]}, "no_root_squash"),
+    # Judged by meaning (issue 26): a wildcard, a network wider than the cluster, a squash undone by anonuid=0,
+    # an option smuggled in a client's name.
+    for extra, words in (({"nfs_export_clients": ["*"]}, "* names hosts by a pattern or netgroup"),
+                         ({"nfs_export_clients": ["*.example.org"]}, "names hosts by a pattern or netgroup"),
+                         ({"nfs_export_clients": ["10.0.0.0/8"]}, "wider than the cluster"),
+                         ({"nfs_export_clients": ["10.0.0.1(rw,no_root_squash)"]}, "is not an address, a network"),
+                         ({"nfs_export_options": ["rw", "sync", "no_root_squash"]}, "no_root_squash - root on every"),
+                         ({"nfs_export_options": ["rw", "sync", "root_squash", "anonuid=0"]}, "anonuid=0 maps"),
                          ({"nfs_server_host": "nfs9"}, "nfs_server_host=nfs9 is not in the inventory"),
-                         ({"ssh_mesh_user": "root"}, "nfs_export_owner=root")):
+                         ({"ssh_mesh_user": "root"}, "nfs_export_owner: root")):
         proc = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(playbook), "-e", json.dumps(extra)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
         assert proc.returncode != 0, proc.stdout

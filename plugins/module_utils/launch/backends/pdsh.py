@@ -15,10 +15,10 @@ class Ranks(backends.Ranks):
     over_ssh = True
 
     def ssh_pairs(self, job):
-        """The coordinator reaches every node, itself included; every rank node reaches itself (pdsh treats a local entry like any other)."""
+        """The coordinator reaches every node, itself included (pdsh logs into a local entry like any other); a rank
+        node logs in nowhere, so it holds no key (role ssh_mesh)."""
         coords = list(job["coordinators"])
-        pairs = [(src, dst) for src in coords for dst in coords + [h for h in job["rank_hosts"] if h not in coords]]
-        return pairs + [(h, h) for h in job["rank_hosts"] if (h, h) not in pairs]
+        return [(src, dst) for src in coords for dst in coords + [h for h in job["rank_hosts"] if h not in coords]]
 
 
 class PdshBackend(backends.Backend):

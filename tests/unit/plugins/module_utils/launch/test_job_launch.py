@@ -129,13 +129,13 @@ def test_ssh_free_agent_argv_all_launch():
 
 def test_pdsh_ssh_targets():
     job = plan({}, cpu_workers(), ["coord"], NOW)
-    assert job["launch"]["ssh_targets"] == {"coord": ["coord", "worker1", "worker2"], "worker1": ["worker1"],
-                                            "worker2": ["worker2"]}
+    # Only the coordinator logs in (issue 26): a rank node holds no key and reaches no node over SSH.
+    assert job["launch"]["ssh_targets"] == {"coord": ["coord", "worker1", "worker2"]}
 
 
 def test_pdsh_ssh_targets_with_the_coordinator_a_worker_too():
     job = plan({}, cpu_workers(), ["worker1"], NOW)
-    assert job["launch"]["ssh_targets"] == {"worker1": ["worker1", "worker2"], "worker2": ["worker2"]}
+    assert job["launch"]["ssh_targets"] == {"worker1": ["worker1", "worker2"]}
     assert job["launch"]["agents"] == ["worker1", "worker2"]
 
 
@@ -146,7 +146,7 @@ def test_ssh_free_has_no_ssh_targets():
 
 def test_ssh_targets_of_the_backend_directly():
     job = {"coordinators": ["c1"], "rank_hosts": ["a", "b"]}
-    assert backends.get("pdsh").ranks.ssh_targets(job) == {"c1": ["c1", "a", "b"], "a": ["a"], "b": ["b"]}
+    assert backends.get("pdsh").ranks.ssh_targets(job) == {"c1": ["c1", "a", "b"]}
     assert backends.get("ssh-free").ranks.ssh_targets(job) == {}
 
 

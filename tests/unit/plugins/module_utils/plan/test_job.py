@@ -1,5 +1,6 @@
 """The job plan and the launch backends: one plan, every value checked, backends as plug-ins."""
 import datetime
+import re
 
 import pytest
 
@@ -52,7 +53,8 @@ def test_pdsh_backend_launches_from_the_coordinator():
     assert argv[-4:] == ["--module", "multinode_ds.rank", "--run-dir", run_dir]
     assert job["program"][-4:] == ["--lr", "0.001", "--print-every", "5"]
     assert not any("0.001" in a for a in argv)
-    assert ["coord", "worker2"] in launch["ssh_pairs"] and ["worker1", "worker1"] in launch["ssh_pairs"]
+    # The coordinator logs into every node; a rank node into none (issue 26: no key where no login starts).
+    assert ["coord", "worker2"] in launch["ssh_pairs"] and ["worker1", "worker1"] not in launch["ssh_pairs"]
     assert launch["ranks_over_ssh"] is True
 
 
@@ -132,7 +134,10 @@ def test_bundled_trainer_options():
     prog = job["program"]
     assert prog[prog.index("--steps") + 1] == "5" and prog[prog.index("--save-interval") + 1] == "10"
     assert "--resume" in prog and prog[prog.index("--ds-config") + 1] == "/shared/ds.json"
-    assert prog[prog.index("--dataset") + 1] == "wikitext" and job["checkpoint_dir"].endswith("/checkpoints/llama")
+    assert prog[prog.index("--dataset") + 1] == "wikitext"
+    # With model_path, the checkpoint directory is the model's name and the path's (issue 26, point 6).
+    assert re.fullmatch(r".*/checkpoints/llama-[0-9a-f]{12}", job["checkpoint_dir"])
+    assert prog[prog.index("--checkpoint-dir") + 1] == job["checkpoint_dir"] == job["checkpoint_lock"][:-5]
 
 
 def test_defaults_are_the_roles_paths():

@@ -7,9 +7,9 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.ssh 
 
 def test_ssh_pairs_for_pdsh():
     assert ssh_required_pairs("pdsh", ["coord"], ["w1", "w2"]) == [
-        ("coord", "coord"), ("coord", "w1"), ("coord", "w2"), ("w1", "w1"), ("w2", "w2")]
-    # The coordinator is a rank node too: no duplicate pair.
-    assert ssh_required_pairs("pdsh", ["w1"], ["w1", "w2"]) == [("w1", "w1"), ("w1", "w2"), ("w2", "w2")]
+        ("coord", "coord"), ("coord", "w1"), ("coord", "w2")]
+    # The coordinator is a rank node too: no duplicate pair; a rank node logs in nowhere.
+    assert ssh_required_pairs("pdsh", ["w1"], ["w1", "w2"]) == [("w1", "w1"), ("w1", "w2")]
 
 
 def test_ssh_pairs_for_ssh_free():
@@ -60,13 +60,12 @@ def test_ssh_verdicts_pass_and_fail_with_fix():
                          "ssh: connect to host w2 port 22: Connection refused\n"}
     results = {"coord": {"coord": OK, "w1": OK, "w2": refused}, "w1": {"w1": OK}, "w2": {"w2": OK}}
     res = ssh_verdicts(results, required, "pdsh")
-    assert len(res) == 5 and all(v["check"] == "ssh" for v in res)
+    assert len(res) == 3 and all(v["check"] == "ssh" for v in res)
     failed = [v for v in res if v["status"] == "fail"]
     assert len(failed) == 1 and failed[0]["host"] == "coord"
     assert failed[0]["detail"] == "coord -> w2: ssh: connect to host w2 port 22: Connection refused"
     assert "sshd is not running" in failed[0]["fix"]
-    assert [v["detail"] for v in res if v["status"] == "pass"] == ["coord -> coord", "coord -> w1", "w1 -> w1",
-                                                                   "w2 -> w2"]
+    assert [v["detail"] for v in res if v["status"] == "pass"] == ["coord -> coord", "coord -> w1"]
 
 
 def test_ssh_verdicts_without_stderr_name_the_exit_code():
@@ -90,14 +89,16 @@ def test_ssh_verdicts_ssh_free_is_one_skip():
 def test_ssh_matrix_table():
     nodes = ["coord", "worker1", "worker2"]
     required = ssh_required_pairs("pdsh", ["coord"], ["worker1", "worker2"])
-    results = {"coord": {"coord": OK, "worker1": {"rc": 255, "stderr": "x"}, "worker2": OK},
-               "worker1": {"worker1": OK}}           # worker2 gave no answer
+    results = {"coord": {"coord": OK, "worker1": {"rc": 255, "stderr": "x"}, "worker2": OK}}
     lines = ssh_matrix_table(nodes, results, required).splitlines()
     assert lines[0].split() == ["from\\to", "coord", "worker1", "worker2"]
     assert lines[1].split() == ["coord", "ok", "FAIL", "ok"]
-    assert lines[2].split() == ["worker1", "-", "ok", "-"]
-    assert lines[3].split() == ["worker2", "-", "-", "FAIL"]
-    assert len(lines) == 4
+    # A rank node logs in nowhere: its row has no pair.
+    assert lines[2].split() == ["worker1", "-", "-", "-"] and lines[3].split() == ["worker2", "-", "-", "-"]
     # Columns line up: every cell starts where its header does.
     col = lines[0].index("worker1")
-    assert lines[1][col:col + 4] == "FAIL" and lines[2][col:col + 2] == "ok"
+    assert lines[1][col:col + 4] == "FAIL" and lines[1][lines[0].index("worker2"):][:2] == "ok"
+    assert lines[2][col] == "-"
+    # A login node that gave no answer: every pair it owes is FAIL.
+    lines = ssh_matrix_table(nodes, {}, required).splitlines()
+    assert lines[1].split() == ["coord", "FAIL", "FAIL", "FAIL"]
