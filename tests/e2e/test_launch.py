@@ -41,7 +41,7 @@ def test_tiny_llama_on_each_backend(provisioned, run_playbook, backend):
 @pytest.mark.parametrize("backend", ["pdsh", "ssh-free"])
 def test_users_own_deepspeed_script_runs_unmodified(provisioned, run_playbook, backend):
     script = (Path(__file__).parent / "files" / "user_ds_script.py").read_bytes()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && cat > /shared/user/train_mlp.py",
+    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
                  input=script.decode())
     assert res.returncode == 0, res.stderr
     run_id = f"e2e-user-{backend}-{int(time.time())}"

@@ -81,7 +81,7 @@ def test_train_through_slurm_leaves_a_completed_job(slurm, run_playbook):
 
 def test_users_own_deepspeed_script_through_slurm(slurm, run_playbook):
     script = (Path(__file__).parent / "files" / "user_ds_script.py").read_text()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && cat > /shared/user/train_mlp.py",
+    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
                  input=script)
     assert res.returncode == 0, res.stderr
     run_id = f"e2e-slurm-user-{int(time.time())}"

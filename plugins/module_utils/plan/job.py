@@ -254,7 +254,8 @@ def start_timeouts(settings, timeout, problems):
     shorter than ``timeout``; ``queue_timeout``: seconds a job may wait in the scheduler's queue (None: only
     ``timeout`` bounds it)."""
     startup = _whole(settings, "startup_timeout", 10, None, "seconds", problems, LIMITS["timeout"])
-    if startup and timeout and startup >= timeout:
+    # The default needs no room: the run's timeout bounds it anyway.
+    if startup and timeout and startup >= timeout and settings.get("startup_timeout") not in (None, ""):
         problems.append("startup_timeout=%d is not shorter than timeout=%d. Fix: -e startup_timeout=<fewer seconds "
                         "than %d>, or a longer -e timeout" % (startup, timeout, timeout))
     queue = None

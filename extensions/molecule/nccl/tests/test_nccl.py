@@ -54,11 +54,11 @@ def test_every_node_has_the_same_job_variables(host):
 
 def test_launcher_env_file_parses_as_deepspeed_reads_it(host):
     if is_worker(host):
-        assert not host.file("/root/.deepspeed_env").exists
+        assert not host.file("/home/deepspeed/.deepspeed_env").exists
         return
     # DeepSpeed's runner splits every line at the first '=' (no comments, no blank lines).
     exported = {}
-    for line in host.file("/root/.deepspeed_env").content_string.splitlines():
+    for line in host.file("/home/deepspeed/.deepspeed_env").content_string.splitlines():
         key, value = line.split("=", maxsplit=1)
         exported[key] = value
     assert exported["NCCL_IB_HCA"] == HCA and exported["NCCL_IB_DISABLE"] == "0"

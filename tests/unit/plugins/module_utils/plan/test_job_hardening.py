@@ -57,6 +57,8 @@ def test_start_and_queue_allowances():
     assert start_timeouts({}, 3600, problems) == (300, None) and problems == []
     assert start_timeouts({"startup_timeout": "900", "queue_timeout": "7200"}, 3600, problems) == (900, 7200)
     assert problems == []
+    # The default (300 s) fits any timeout: -e timeout=20 alone is a valid run.
+    assert start_timeouts({}, 20, problems) == (300, None) and problems == []
     start_timeouts({"startup_timeout": "3600"}, 3600, problems)
     start_timeouts({"startup_timeout": "5", "queue_timeout": "soon"}, 3600, problems)
     assert [p.split(" ")[0] for p in problems] == ["startup_timeout=3600", "startup_timeout=5", "queue_timeout=soon"]
