@@ -1,8 +1,8 @@
-"""The kubernetes backend's pod side: one pod of the run's StatefulSet is one rank node.
+"""The kubernetes backend's pod side: one pod of the run is one rank node.
 
 ``python -m multinode_ds.k8s pod --run-dir D``
 
-The pod's ordinal (the suffix of its name, ``MULTINODE_DS_POD`` from the downward API) is DeepSpeed's node
+The pod's ordinal (the suffix of its name ``<name>-<ordinal>``, ``MULTINODE_DS_POD`` from the downward API) is DeepSpeed's node
 rank.  The pod runs that node's agent with the argv the job plan gave it (``D/k8s/agents.json``, one argv per
 ordinal, written by ``run_prepare``): the agent starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's
 stable name as the master, beats, and stops the node's ranks on the run's ABORT, as on any other backend.
@@ -11,9 +11,10 @@ The pod's environment carries the run's marker (``MULTINODE_DS_RUN_ID``), by whi
 processes (it waits for them to end, and stops them on an abort).  The pod's first process is not one of them:
 it execs itself once without the marker, and gives the marker back to the agent only.
 
-A StatefulSet restarts a pod whose container exits, so when the agent is done the pod records the agent's exit
-code (``D/k8s/pod<ordinal>.exit``) and waits for the play to delete the StatefulSet.  SIGTERM (the StatefulSet
-deleted, a node drained) goes to the agent, which stops the node's ranks first.
+When the agent is done (the run ended, was aborted, or the controller's lease lapsed: a controller that died) the
+pod records the agent's exit code (``D/k8s/pod<ordinal>.exit``) and exits with it.  The pod's
+``restartPolicy`` is ``Never``, so it ends there and its GPUs are free: nothing waits for the controller to
+delete it.  SIGTERM (the pod deleted, a node drained) goes to the agent, which stops the node's ranks first.
 """
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 AGENTS_FILE = "k8s/agents.json"
@@ -35,7 +35,7 @@ def ordinal(pod_name: str) -> int:
     """``mnds-r1-3`` -> 3."""
     head, sep, tail = str(pod_name).rpartition("-")
     if not sep or not head or not tail.isdigit():
-        raise SystemExit(f"multinode_ds.k8s: {pod_name!r} is not a StatefulSet pod's name (<name>-<ordinal>)")
+        raise SystemExit(f"multinode_ds.k8s: {pod_name!r} is not a run's pod name (<name>-<ordinal>)")
     return int(tail)
 
 
@@ -68,12 +68,8 @@ def pod_main(args) -> int:
     rc = child.wait()
     (run_dir / "k8s").mkdir(exist_ok=True)
     (run_dir / "k8s" / f"pod{index}.exit").write_text(f"{rc}\n")
-    print(f"multinode_ds.k8s: pod {index}: the agent exited with {rc}; waiting to be deleted", flush=True)
-    if args.exit:
-        return rc
-    signal.signal(signal.SIGTERM, lambda *a: sys.exit(rc))
-    while True:
-        time.sleep(3600)
+    print(f"multinode_ds.k8s: pod {index}: the agent exited with {rc}; the pod ends", flush=True)
+    return rc
 
 
 def without_marker(argv):
@@ -91,7 +87,7 @@ def main(argv=None) -> int:
     pod = sub.add_parser("pod", help="run this pod's share of the run (its agent)")
     pod.add_argument("--run-dir", required=True)
     pod.add_argument("--pod", default=None, help="the pod's name (default: MULTINODE_DS_POD, then HOSTNAME)")
-    pod.add_argument("--exit", action="store_true", help="exit with the agent's code instead of waiting")
+    pod.add_argument("--exit", action="store_true", help="(the default now: the pod exits with the agent's code)")
     args = p.parse_args(argv)
     return pod_main(args)
 

@@ -86,6 +86,44 @@ UNSATISFIABLE = ("ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInact
                  "BadConstraints", "PartitionConfig", "InvalidAccount", "InvalidQOS")
 
 
+# A job in these states waits in the queue: the watch counts neither its start nor its startup allowance yet.
+QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED")
+# What to do about a job that waits, by the reason Slurm gives (the first that the reason contains).
+QUEUE_FIXES = (
+    ("JobHeld", "the job is held: scontrol release {job}"),
+    ("Resources", "the partition's nodes are busy with other jobs (squeue -p {partition}): wait for them, free "
+                  "them, or give the run more time with -e queue_timeout=SECONDS"),
+    ("Priority", "jobs with a higher priority come first (sprio; squeue -p {partition}): wait, or give the run "
+                 "more time with -e queue_timeout=SECONDS"),
+    ("Reservation", "a reservation holds the nodes (scontrol show reservation)"),
+    ("Dependency", "the job waits for another job (scontrol show job {job}: Dependency)"),
+    ("QOS", "a limit of the job's QOS or account (sacctmgr show qos; squeue -j {job} -o %r)"),
+    ("Assoc", "a limit of the job's account (sacctmgr show assoc)"),
+)
+
+
+def queue_fix(reason, job_id, partition=None) -> str:
+    """What to do about job ``job_id`` that waits in the queue for ``reason``."""
+    for word, fix in QUEUE_FIXES:
+        if word in (reason or ""):
+            return fix.format(job=job_id, partition=partition or "<partition>")
+    return "see why Slurm keeps it waiting: scontrol show job %s (Reason), sinfo -p %s" % (
+        job_id, partition or "<partition>")
+
+
+def queue_record(job_id, info: dict, submitted: float, started=None) -> dict:
+    """The run's queue record (``control/queue.json``) from the job's ``scontrol show job`` fields: ``queued``
+    while it waits (Slurm's state and reason, since ``submitted``, what to do), else ``started`` (at ``started``,
+    when the job was first seen running)."""
+    state = info.get("JobState") or "PENDING"
+    if state in QUEUED and started is None:
+        reason = info.get("Reason")
+        reason = None if reason in (None, "", "None", "(null)") else reason
+        return {"state": "queued", "label": state, "reason": reason, "job_id": job_id, "since": submitted,
+                "fix": queue_fix(reason, job_id, info.get("Partition"))}
+    return {"state": "started", "label": state, "job_id": job_id, "since": submitted, "started": started}
+
+
 def run(argv, timeout=30, detached=False):
     """A Slurm command.  ``detached``: in a session of its own and without the run's marker, so that the agent
     stopping the run's processes (by process group and by marker) does not cut it short."""
@@ -189,6 +227,9 @@ class Job:
         self.nodelist = None
         self.stopping = None
         self.submitting = False
+        self.submitted = time.time()
+        self.started = None
+        self.queue = None
         try:
             self.names = json.loads((self.run_dir / "slurm" / "names.json").read_text())
         except (OSError, ValueError):
@@ -219,6 +260,20 @@ class Job:
                 time.sleep(1)
         write_json(self.run_dir / "scheduler.json", rec)
         return rec
+
+    def note_queue(self) -> None:
+        """``control/queue.json`` (what run_status reports and the watch reads), when it changed: whether the
+        job waits in the queue, and why, or when it started."""
+        state = self.info.get("JobState") or "PENDING"
+        if self.started is None and state not in QUEUED:
+            self.started = time.time()
+        rec = queue_record(self.job_id, self.info, self.submitted, self.started)
+        if rec != self.queue:
+            try:
+                write_json(self.run_dir / "control" / "queue.json", rec)
+                self.queue = rec
+            except OSError as exc:
+                say("could not write control/queue.json: %s" % exc)
 
     def cancel(self, why: str) -> None:
         """scancel, detached from the run (the agent's SIGKILL of the run's processes does not stop it)."""
@@ -255,6 +310,7 @@ class Job:
         signal.signal(signal.SIGINT, self.on_signal)
         try:
             self.submitting = True
+            self.submitted = time.time()
             rc, out, err = run(["sbatch", "--parsable", str(self.script)], timeout=60, detached=True)
             self.submitting = False
             if rc != 0:
@@ -264,6 +320,7 @@ class Job:
                 return rc or 1
             self.job_id = out.strip().split(";", maxsplit=1)[0]
             say("submitted batch job %s" % self.job_id)
+            self.note_queue()
             if self.stopping:
                 self.cancel(self.stopping)
                 raise KeyboardInterrupt
@@ -299,6 +356,7 @@ class Job:
                 break
             state = self.info.get("JobState", "UNKNOWN")
             reason = self.info.get("Reason")
+            self.note_queue()
             if state != last:
                 where = (" on %s" % self.nodelist if state == "RUNNING" and self.nodelist else
                          " (%s)" % reason if reason not in (None, "", "None") else "")

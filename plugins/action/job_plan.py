@@ -64,6 +64,9 @@ class ActionModule(ActionBase):
         workers = list(args.get("workers") or groups.get("workers") or [])
         coordinators = list(args.get("coordinators") or groups.get("coordinator") or [])
         hostvars = task_vars.get("hostvars") or {}
+        # The run account's uid on the coordinator (node_facts' user), for backends that start processes by uid.
+        settings.setdefault("run_uid", next(((hostvars[c].get("multinode_node") or {}).get("uid")
+                                             for c in coordinators if c in hostvars), None))
         facts = dict((w, worker_facts(hostvars[w])) for w in workers)
         # A worker of this play that failed or was unreachable (reading it failed) cannot take ranks.
         alive, targeted = task_vars.get("ansible_play_hosts"), task_vars.get("ansible_play_hosts_all") or []

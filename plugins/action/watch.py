@@ -10,6 +10,8 @@ __metaclass__ = type
 import os
 import shlex
 import subprocess
+import tempfile
+import threading
 import time
 
 from ansible.module_utils.common.text.converters import to_text
@@ -19,9 +21,9 @@ from ansible.utils.display import Display
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, abort_for_pods, abort_for_stall, abort_for_timeout, decide, ignore_signals,
-    interruption_reason, progress_line, restore_signals, stalled, stop_overdue, switch_line, trap_stop_signals,
-    unreachable, watch_options)
+    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_pods, abort_for_queue, abort_for_stall,
+    abort_for_timeout, decide, give_up_reason, ignore_signals, interruption_reason, progress_line, queue_state,
+    restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals, unreachable, watch_options)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -33,16 +35,57 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
-                             "timeout", "stall_timeout", "startup_timeout", "addresses", "lock", "follow"))
+                             "timeout", "stall_timeout", "startup_timeout", "queue_timeout", "status_retry",
+                             "status_timeout", "addresses", "lock", "follow"))
+
+    _status_timeout = 30.0
 
     def _status(self, task_vars, **kw):
+        """One run_status call on the coordinator, which must answer within status_timeout seconds (a hung mount
+        there must not hang the watch: the call is left behind in its thread); raises StatusFailed."""
         args = dict(run_dir=self._task.args["run_dir"], touch_lease=True)
         args.update(kw)
-        res = self._execute_module(module_name="multinode.deepspeed.run_status", module_args=args,
-                                   task_vars=task_vars)
+        box = {}
+
+        def call():
+            try:
+                box["res"] = self._execute_module(module_name="multinode.deepspeed.run_status", module_args=args,
+                                                  task_vars=task_vars)
+            except Exception as exc:  # pylint: disable=broad-except
+                box["exc"] = exc
+
+        worker = threading.Thread(target=call, name="run_status", daemon=True)
+        worker.start()
+        worker.join(self._status_timeout)
+        if worker.is_alive():
+            raise StatusFailed("run_status gave no answer within %.0fs" % self._status_timeout)
+        if "exc" in box:
+            raise StatusFailed("%s: %s" % (type(box["exc"]).__name__, box["exc"]))
+        res = box["res"]
+        if res.get("unreachable"):
+            raise StatusFailed("unreachable: %s" % res.get("msg"))
         if res.get("failed"):
-            raise RuntimeError("reading the run's status failed: %s" % res.get("msg"))
+            raise StatusFailed("reading the run's status failed: %s" % res.get("msg"))
         return res
+
+    def _poll(self, task_vars, opts, loop, **kw):
+        """A status call tried again with backoff for up to status_retry seconds (not past the run's timeout);
+        None once the watch gives up (``loop.reason`` says why)."""
+        deadline = loop.t0 + opts["timeout"] if opts["timeout"] else None
+        while True:
+            try:
+                res = self._status(task_vars, **kw)
+                loop.retry.ok()
+                return res
+            except StatusFailed as exc:
+                wait = loop.retry.failed(time.time(), deadline)
+                if wait is None:
+                    loop.reason = give_up_reason(exc, time.time() - loop.retry.failed_since, loop.host,
+                                                 timed_out=deadline is not None and time.time() + 1 > deadline)
+                    return None
+                display.warning("watch: reading the run's status on %s failed (%s); trying again in %.0fs"
+                                % (loop.host, exc, wait))
+                time.sleep(wait)
 
     def _dead_man_switch(self, run_dir):
         """An SSH session to the watched host whose remote end writes the run's ABORT record when its standard
@@ -52,19 +95,11 @@ class ActionModule(ActionBase):
         conn = self._connection
         if getattr(conn, "transport", None) != "ssh":
             return None
-        control = shlex.quote(run_dir.rstrip("/") + "/control")
-        # The first line of input, if any, is the reason; end of input without one means this process is gone.
-        # A dropped connection is end of input too, so no signal stops it half-way.
-        script = ("trap '' HUP PIPE INT TERM; "
-                  "IFS= read -r why || why=''; [ \"$why\" = %s ] && exit 0; [ -n \"$why\" ] || why=%s; "
-                  "cat >/dev/null; cd %s 2>/dev/null || exit 0; "
-                  "[ -e DONE ] || [ -e ABORT ] || { set -C; "
-                  "printf '{\"reason\": \"%%s\", \"host\": \"controller\", \"time\": %%s}\\n' "
-                  "\"$why\" \"$(date +%%s)\" > ABORT; } 2>/dev/null" % (ENDED, shlex.quote(DEAD_MAN_REASON), control))
         try:
             host = conn.get_option("host") or conn._play_context.remote_addr  # pylint: disable=protected-access
+            command, password = self._switch_command(run_dir)
             argv = conn._build_command(conn.get_option("ssh_executable"), "ssh",  # pylint: disable=protected-access
-                                       host, "sh -c %s" % shlex.quote(script))
+                                       host, command)
             # A connection of its own, not a session on Ansible's shared ControlMaster: whatever becomes of that
             # master (its sessions, its persistence), this session lasts as long as this process (ssh keeps the
             # first value of an option, so these win over the ones Ansible built).
@@ -73,11 +108,41 @@ class ActionModule(ActionBase):
                 "ssh", os.path.basename(conn.get_option("ssh_executable") or "ssh"))), 0)  # after sshpass ... ssh
             own = ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
             argv[at:at] = [o.encode() if isinstance(argv[0], bytes) else o for o in own]
-            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            errors = tempfile.TemporaryFile()
+            switch = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                      stderr=errors, start_new_session=True)
+            switch.errors = errors
+            if password:
+                switch.stdin.write(password.encode() + b"\n")
+                switch.stdin.flush()
+            return switch
         except Exception as exc:  # pylint: disable=broad-except
-            display.vvv("watch: no dead man's switch (%s); the lease stops the run if the controller goes" % exc)
+            display.warning("watch: no dead man's switch (%s); the lease stops the run if the controller goes"
+                            % exc)
             return None
+
+    def _switch_command(self, run_dir):
+        """The switch's remote command, through the task's become (the run's user owns control/: the login
+        user may not write there), and the become password to send first, if any."""
+        control = shlex.quote(run_dir.rstrip("/") + "/control")
+        # The first line of input, if any, is the reason; end of input without one means this process is gone.
+        # A dropped connection is end of input too, so no signal stops it half-way.  What fails is said on
+        # standard error (the watch shows it as a warning).
+        script = ("trap '' HUP PIPE INT TERM; "
+                  "IFS= read -r why || why=''; [ \"$why\" = %s ] && exit 0; [ -n \"$why\" ] || why=%s; "
+                  "cat >/dev/null; cd %s || exit 3; "
+                  "[ -e DONE ] || [ -e ABORT ] || { set -C; "
+                  "printf '{\"reason\": \"%%s\", \"host\": \"controller\", \"time\": %%s}\\n' "
+                  "\"$why\" \"$(date +%%s)\" > ABORT; } 2>/dev/null || [ -e ABORT ] || "
+                  "{ echo \"could not write $PWD/ABORT as $(id -un)\" >&2; exit 4; }"
+                  % (ENDED, shlex.quote(DEAD_MAN_REASON), control))
+        command = "sh -c %s" % shlex.quote(script)
+        become = getattr(self._connection, "become", None)
+        if become is None or not self._play_context.become:
+            return command, None
+        command = become.build_become_command(command, self._connection._shell)  # pylint: disable=protected-access
+        password = become.get_option("become_pass", playcontext=self._play_context) if become.prompt else None
+        return command, password
 
     @staticmethod
     def _release_switch(switch, wait=5.0, reason=None):
@@ -94,15 +159,17 @@ class ActionModule(ActionBase):
             switch.wait(timeout=wait)
         except Exception:  # pylint: disable=broad-except
             pass
+        return switch_warning(switch)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = self._task.args
         opts = watch_options(args)
+        self._status_timeout = opts["status_timeout"]
         # What the backend follows beside the heartbeats (a Kubernetes run's pods), from the controller.
         follow = args.get("follow") or None
         follower = backends.get(follow["backend"]).follower(follow) if follow else None
-        loop = _Loop(time.time(), task_vars.get("inventory_hostname"))
+        loop = _Loop(time.time(), task_vars.get("inventory_hostname"), StatusRetry(opts["status_retry"]))
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
         finished = False
@@ -114,10 +181,12 @@ class ActionModule(ActionBase):
             self._stop_everywhere(task_vars, follower, loop, interruption_reason(exc))
             raise
         finally:
-            # With the verdict in, nothing more to write: "ended". Reached any other way (an exception that the
-            # handler above did not see through), the switch writes ABORT on its own.
-            self._release_switch(loop.switch or None, reason=ENDED if finished else None)
-            if args.get("lock"):
+            # With the verdict in, nothing more to write: "ended" (the watch that gave up asks it to stop the run,
+            # if it still can). Reached any other way (an exception that the handler above did not see through),
+            # the switch writes ABORT on its own.
+            self._warn(loop, self._release_switch(loop.switch or None, reason=(
+                switch_line(loop.reason) if loop.gave_up else ENDED) if finished else None))
+            if args.get("lock") and not loop.gave_up:
                 try:
                     self._status(task_vars, release=args["lock"])
                 except Exception:  # pylint: disable=broad-except
@@ -127,23 +196,42 @@ class ActionModule(ActionBase):
         result.update(changed=True, status=loop.verdict, reason=loop.reason, nodes=status.get("nodes", {}),
                       lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
                       ranks=status.get("ranks", {}), done_ranks=status.get("done_ranks", []),
-                      elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None)
+                      elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None,
+                      unreachable=loop.gave_up)
+        if loop.warnings:
+            result["warnings"] = list(result.get("warnings") or []) + loop.warnings
         return result
+
+    @staticmethod
+    def _warn(loop, message):
+        if message:
+            display.warning(message)
+            loop.warnings.append(message)
 
     def _watch(self, task_vars, opts, follower, loop):
         """Poll the run until its verdict is in (SUCCESS or FAILED): act on each poll's verdict, show the progress,
         and fail a stop that takes longer than stop_timeout."""
         while True:
-            loop.status = self._status(task_vars)
+            status = self._poll(task_vars, opts, loop)
+            if status is None:
+                loop.verdict, loop.gave_up = FAILED, True
+                display.display("[%s] %s" % (loop.host, loop.reason), color="red")
+                break
+            loop.status = status
             if loop.switch is None and not loop.status.get("abort"):
                 loop.switch = self._dead_man_switch(self._task.args["run_dir"]) or False
             now = loop.status["now"]
             action = self._judge(task_vars, opts, follower, loop, now)
-            if action and action[0] == "abort":
-                display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
-                loop.status = self._status(task_vars, abort=action[1], lost=list(action[2]) if len(action) > 2 else [])
-            elif action and action[0] == "done":
-                self._status(task_vars, done=True)
+            if action and action[0] in ("abort", "done"):
+                if action[0] == "abort":
+                    display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
+                kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else []) \
+                    if action[0] == "abort" else dict(done=True)
+                status = self._poll(task_vars, opts, loop, **kw)
+                if status is None:
+                    loop.verdict, loop.gave_up = FAILED, True
+                    break
+                loop.status = status if action[0] == "abort" else loop.status
             self._show_progress(loop, now, opts, follower)
             if loop.verdict in (SUCCESS, FAILED):
                 break
@@ -154,33 +242,53 @@ class ActionModule(ActionBase):
                     loop.verdict = FAILED
                     break
             time.sleep(opts["poll_interval"])
+            if os.getppid() != loop.ppid:
+                # Ansible's main process is gone (killed): this worker runs in a session of its own and would
+                # watch on, unseen; stop the run as Ctrl-C does.
+                raise Interrupted("the controller's main process went away")
 
     def _judge(self, task_vars, opts, follower, loop, now):
         """This poll's verdict and reason (into ``loop``) and its action: the agents' records first, then the
         backend's follower, the run's timeout and a stall."""
-        # The agents' start clock runs from when the backend's pods all run (an image pull may take
-        # minutes; a pod that cannot start is the follower's to name).
-        started = loop.t0 if follower is None else (loop.pods_up or time.time())
+        queue = queue_state(loop.status)
+        started_at = self._start_clock(loop, follower, now)
         verdict, reason, action = decide(loop.status, opts["nodes"], opts["launchers"], now,
                                          heartbeat_timeout=opts["heartbeat_timeout"],
                                          start_timeout=opts["start_timeout"],
-                                         started_at=now - (time.time() - started), world_size=opts["world_size"])
+                                         started_at=started_at, world_size=opts["world_size"])
         if follower is not None and verdict == RUNNING and not action:
             problems = follower.poll()
             if loop.pods_up is None and follower.running():
                 loop.pods_up = time.time()
             if problems:
                 verdict, reason, action = abort_for_pods(problems)
+        if queue is not None and verdict == RUNNING and not action:
+            verdict, reason, action = abort_for_queue(queue, now, opts["queue_timeout"]) or (verdict, reason, action)
         if opts["timeout"] and verdict == RUNNING and time.time() - loop.t0 > opts["timeout"]:
             verdict, reason, action = abort_for_timeout(opts["timeout"])
-        stall = stalled(loop.status, now, now - (time.time() - loop.t0), opts["stall_timeout"],
-                        opts["startup_timeout"]) if verdict == RUNNING and not action else None
+        stall = stalled(loop.status, now, started_at, opts["stall_timeout"],
+                        opts["startup_timeout"]) if verdict == RUNNING and not action and queue is None else None
         if stall:
             # Whom to blame: a node the coordinator cannot reach any more comes first.
-            probe = self._status(task_vars, probe=opts["addresses"])["reachable"] if opts["addresses"] else {}
+            probe = (self._poll(task_vars, opts, loop, probe=opts["addresses"]) or {}).get("reachable", {}) \
+                if opts["addresses"] else {}
             verdict, reason, action = abort_for_stall(stall, probe)
         loop.verdict, loop.reason = verdict, reason
         return action
+
+    @staticmethod
+    def _start_clock(loop, follower, now):
+        """When the ranks could start, on the node's clock: while the job waits in a queue, now (the wait counts
+        toward neither the start nor the startup allowance); else its start from the queue record; else, with a
+        follower, when the backend's pods all ran (an image pull may take minutes; a pod that cannot start is
+        the follower's to name); else when the watch began."""
+        if queue_state(loop.status) is not None:
+            return now
+        started = start_time(loop.status)
+        if started is not None:
+            return started
+        begun = loop.t0 if follower is None else (loop.pods_up or time.time())
+        return now - (time.time() - begun)
 
     @staticmethod
     def _show_progress(loop, now, opts, follower):
@@ -199,7 +307,7 @@ class ActionModule(ActionBase):
         ABORT record gets ``why``."""
         # The open session writes ABORT at once; the module call below gives it the real reason when it
         # gets there first (Ansible may end this process before it does).
-        self._release_switch(loop.switch or None, wait=2.0, reason=switch_line(why))
+        self._warn(loop, self._release_switch(loop.switch or None, wait=2.0, reason=switch_line(why)))
         loop.switch = None
         if follower is not None:
             # The play ends here (its last steps do not run on Ctrl-C, and Ansible's main process may be gone
@@ -212,13 +320,15 @@ class ActionModule(ActionBase):
         try:
             self._status(task_vars, abort=why)
             display.display("[%s] stopped the run on every node: %s" % (loop.host, why), color="red")
-        except Exception:  # pylint: disable=broad-except
-            pass  # the agents also stop when the controller's lease expires
+        except Exception as exc:  # pylint: disable=broad-except
+            # The agents also stop when the controller's lease expires.
+            display.warning("watch: could not write the run's ABORT record on %s (%s); the run stops when its "
+                            "lease expires" % (loop.host, exc))
 
     def _lost(self, task_vars, loop, addresses):
         """The nodes the run lost: its abort record's; after a failure, also those the coordinator cannot reach."""
         lost = list((loop.status.get("abort") or {}).get("lost") or [])
-        if loop.verdict == FAILED and addresses:
+        if loop.verdict == FAILED and addresses and not loop.gave_up:
             # A rank that failed because its peer's node went away: the node the coordinator cannot reach is the
             # cause (the summary names it first).
             try:
@@ -229,12 +339,34 @@ class ActionModule(ActionBase):
         return lost
 
 
+class StatusFailed(RuntimeError):
+    """A status call that failed: the coordinator unreachable, the module's error, no answer in time."""
+
+
+def switch_warning(switch):
+    """What the dead man's switch said went wrong (its ssh or its remote end), or None."""
+    if switch is None or switch.returncode in (0, None):
+        return None
+    try:
+        switch.errors.seek(0)
+        said = to_text(switch.errors.read()).strip().splitlines()
+    except Exception:  # pylint: disable=broad-except
+        said = []
+    said = [line for line in said if "BECOME-SUCCESS" not in line and not line.startswith("Warning: Permanently")]
+    return "watch: the dead man's switch failed (exit code %s): %s" % (
+        switch.returncode, "; ".join(said[-3:]) or "no message")
+
+
 class _Loop(object):
     """What the watch carries from one poll to the next, and to its result."""
 
-    def __init__(self, t0, host):
+    def __init__(self, t0, host, retry=None):
         self.t0 = t0
         self.host = host
+        self.retry = retry or StatusRetry()
+        self.gave_up = False
+        self.warnings = []
+        self.ppid = os.getppid()
         self.pods_up = None
         self.last_print = 0.0
         self.last_line = None

@@ -42,6 +42,11 @@ options:
     description: Where role C(stack) put the bundled trainer, C(multinode_ds) (its version is read from it).
     type: path
     default: /opt/multinode-deepspeed/lib/multinode_ds
+  user:
+    description:
+      - The account the run runs as (C(ssh_mesh_user)); its uid is returned as C(uid) (V(null) where it does not
+        exist). The Kubernetes backend runs its pods as that uid unless told otherwise.
+    type: str
   port:
     description:
       - A TCP port to test (bind with C(SO_REUSEADDR), as a rendezvous does) - the master port; the default is
@@ -89,8 +94,8 @@ ansible_facts:
     multinode_node:
       description: C(memtotal_mb), C(interface) (of the default route), C(ipv4) and C(ipv6) (addresses),
         C(versions) (python, torch, cuda, nccl, deepspeed, transformers, trainer; or C(error)),
-        C(stack_fingerprint), C(files) (the job variable files read), and with O(port) C(port), C(port_free),
-        C(port_error).
+        C(stack_fingerprint), C(files) (the job variable files read), with O(user) C(uid), and with O(port)
+        C(port), C(port_free), C(port_error).
       type: dict
       sample:
         memtotal_mb: 24036
@@ -126,6 +131,9 @@ ansible_facts:
               without one); a missing package is V(missing).
             - 'Without a venv, C({"error": "no venv at <venv> (run site.yml)"}).'
           type: dict
+        uid:
+          description: With O(user), that account's uid here (V(null) where it does not exist).
+          type: int
         stack_fingerprint:
           description:
             - A hash of the Python version, every C(*.dist-info) name and the trainer's version - any installed, removed
@@ -152,6 +160,7 @@ ansible_facts:
 """
 
 import os
+import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
@@ -182,6 +191,14 @@ def addresses(module):
             [a.split("/")[0] for i in interfaces for a in i["ipv6"]])
 
 
+def user_id(name):
+    """The uid of account ``name``, or None where it does not exist."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         paths=dict(type="list", elements="path",
@@ -189,6 +206,7 @@ def main():
         venv=dict(type="path", default="/opt/multinode-deepspeed/venv"),
         trainer_dir=dict(type="path", default="/opt/multinode-deepspeed/lib/multinode_ds"),
         nvidia_smi=dict(type="str", default="nvidia-smi"),
+        user=dict(type="str"),
         port=dict(type="str", default=str(DEFAULTS["master_port"]))),
         supports_check_mode=True)
     params = module.params
@@ -207,6 +225,8 @@ def main():
     node = {"memtotal_mb": meminfo_total_mb(read_text("/proc/meminfo")),
             "interface": default_interface(read_text("/proc/net/route")),
             "ipv4": ipv4, "ipv6": ipv6, "versions": versions, "stack_fingerprint": fingerprint, "files": read}
+    if params["user"]:
+        node["uid"] = user_id(params["user"])
     port = (params["port"] or "").strip()
     if port.isdigit() and 0 < int(port) < 65536:
         node["port"] = int(port)

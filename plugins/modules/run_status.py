@@ -108,6 +108,13 @@ done_ranks:
   returned: always
   type: list
   elements: int
+queue:
+  description:
+    - The backend's record of the run's job in a scheduler's queue (C(control/queue.json), written by the backend's
+      job agent), or null when the backend has no queue. C(state) is V(queued) while the job waits (with C(label),
+      C(reason), C(job_id), C(since) and C(fix)) and V(started) once it runs (C(started), the node's time).
+  returned: always
+  type: dict
 now:
   description: The node's clock when it read the files; the watch compares the heartbeats' times with it.
   returned: always
@@ -168,11 +175,26 @@ def main():
         changed = _release_lock(p["release"], run_dir) or changed
     nodes = _read_nodes(run_dir)
     ranks, done = _read_ranks(run_dir)
-    logs = glob.glob(os.path.join(run_dir, "logs", "*.log"))
-    logs_mtime = max([os.path.getmtime(x) for x in logs if os.path.exists(x)] or [0]) or None
     reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
-    module.exit_json(changed=changed, nodes=nodes, abort=_load(os.path.join(control, "ABORT")), ranks=ranks,
-                     done_ranks=sorted(done), now=time.time(), logs_mtime=logs_mtime, reachable=reachable)
+    module.exit_json(changed=changed, nodes=nodes, abort=_object(_load(os.path.join(control, "ABORT"))),
+                     ranks=ranks, done_ranks=sorted(done), now=time.time(), logs_mtime=_logs_mtime(run_dir),
+                     reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))))
+
+
+def _object(value):
+    """A record read from a file: a JSON object, else None (a torn or odd file is no record)."""
+    return value if isinstance(value, dict) else None
+
+
+def _logs_mtime(run_dir):
+    """The newest write to the run's logs, or None (a log removed while it is read is skipped)."""
+    times = []
+    for path in glob.glob(os.path.join(run_dir, "logs", "*.log")):
+        try:
+            times.append(os.path.getmtime(path))
+        except OSError:
+            pass
+    return max(times or [0]) or None
 
 
 def _write_control(p, control):
@@ -209,9 +231,10 @@ def _read_nodes(run_dir):
     """The agents' last heartbeats, by host."""
     nodes = {}
     for path in glob.glob(os.path.join(run_dir, "nodes", "*.json")):
-        beat = _load(path)
+        beat = _object(_load(path))
         if beat:
-            nodes[beat.get("host") or os.path.basename(path)[:-5]] = beat
+            host = beat.get("host")
+            nodes[host if isinstance(host, str) and host else os.path.basename(path)[:-5]] = beat
     return nodes
 
 
@@ -220,8 +243,15 @@ def _read_ranks(run_dir):
     ranks = {}
     done = []
     for path in glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl")):
-        rank = int(re.search(r"rank(\d+)\.jsonl$", path).group(1))
-        last, finished = rank_progress(_last_records(path))
+        found = re.search(r"rank(\d+)\.jsonl$", path)
+        if not found:
+            continue  # an odd name (rank-old.jsonl, rankx.jsonl): not a rank's metrics
+        try:
+            records = [r for r in _last_records(path) if isinstance(r, dict)]
+        except OSError:
+            continue
+        rank = int(found.group(1))
+        last, finished = rank_progress(records)
         if last is not None:
             ranks[str(rank)] = last
         if finished:

@@ -67,9 +67,35 @@ options:
         to the ranks' logs.
     type: float
   startup_timeout:
-    description: Seconds allowed before the first step (model load, DeepSpeed's init, the first collective).
+    description:
+      - Seconds allowed before the first step (model load, DeepSpeed's init, the first collective), counted from
+        when the ranks can start - a scheduler's job from its start, not its submission (the time it waits in the
+        queue counts toward neither this nor O(start_timeout)); a backend's pods from when they all run.
     type: float
     default: 300
+  queue_timeout:
+    description:
+      - 'Seconds the run''s job may wait in a scheduler''s queue (the backend''s job agent reports it in
+        C(control/queue.json); the progress line then reads "queued: PENDING (Resources) 2m10s"). Past it, the
+        watch stops the run, naming the job, the scheduler''s reason and what to do about it.'
+      - Unset or null, the wait is bounded only by O(timeout).
+    type: float
+  status_retry:
+    description:
+      - Seconds for which a failed status call (the coordinator unreachable, SSH exit code 255, the module's error,
+        no answer within O(status_timeout)) is tried again, with a backoff of 1, 2, 4, 8, then 10 s, before the
+        watch gives up. A call that succeeds starts the count over. Retries never go past O(timeout).
+      - When the watch gives up it still returns a result (C(status) V(failed), RV(unreachable) true, a reason that
+        names the coordinator), so that the play collects the logs and writes the summary; the run's lease (and
+        the dead man's switch, if it still can) stops the run.
+    type: float
+    default: 60
+  status_timeout:
+    description:
+      - Seconds one status call may take (a hung mount on the coordinator must not stop the run's O(timeout) from
+        firing); a call that takes longer counts as a failed one.
+    type: float
+    default: 30
   addresses:
     description:
       - Rank node -> its address. When the run stalls, the watched host tries each one's SSH port, and the nodes
@@ -95,7 +121,10 @@ notes:
     every node with a fresh heartbeat reports C(aborted) or C(finished), at most O(stop_timeout) seconds.
   - It writes C(control/DONE) when every launcher has finished with exit code 0 (and all O(world_size) ranks
     finished) while watch-only agents still run, so that they stop too.
-  - On Ctrl-C it writes the abort record, then lets the interrupt end the play.
+  - On Ctrl-C it writes the abort record, then lets the interrupt end the play. Besides the module call, a
+    session of its own to the watched host (the dead man's switch) writes it as soon as the watch's process goes;
+    it runs through the task's become (the run's user owns C(control/), the login user may not write there), and
+    when it cannot write the record the watch shows why as a warning (and in the result's C(warnings)).
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -154,6 +183,11 @@ done_ranks:
   returned: always
   type: list
   elements: int
+unreachable:
+  description: True when the watch gave up because the coordinator could not be reached or read for O(status_retry)
+    seconds (C(reason) says so); the run may then still be going there until its lease stops it.
+  returned: always
+  type: bool
 elapsed:
   description: Seconds the watch lasted.
   returned: always

@@ -19,7 +19,11 @@ def run_processes(node, run_id):
     """Processes on ``node`` that belong to run ``run_id`` (by the marker in their environment)."""
     script = ("for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
               f"grep -qx MULTINODE_DS_RUN_ID={run_id} && echo ${{p#/proc/}}; done; true")
-    return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split()
+    # As root and as the run's account: root in the container has no CAP_SYS_PTRACE, so it cannot read the
+    # environment of another account's processes.
+    pids = podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split()
+    pids += podman("exec", "--user", "deepspeed", f"mnds-{node}", "sh", "-c", script).stdout.split()
+    return sorted(set(pids), key=int)
 
 
 def load_summary(run_id):

@@ -2,8 +2,8 @@
 and kube-scheduler v1.20.2 built from Debian's source package by scripts/k8s-local, on loopback.
 
 What runs for real: train.yml plans the job, checks the cluster through the API, creates the run's headless
-Service and StatefulSet with kubernetes.core.k8s; the apiserver validates them; the controller-manager creates
-the pods; the scheduler places them by their GPU (and RDMA) requests; the watch follows them; the finish step
+Service and pods with kubernetes.core.k8s; the apiserver validates them; the controller-manager.s garbage collector deletes
+what the Service owns when it goes; the scheduler places the pods by their GPU (and RDMA) requests; the watch follows them; the finish step
 writes the run's record and deletes the objects.  What the test stands in for: the nodes.  They have no kubelet
 (``scripts/k8s-local node``: the test gives their capacity and keeps them reporting Ready), so the pods are
 placed but never run; the test then stops the nodes' reports, as a node that dies would, and the run must stop
@@ -77,7 +77,7 @@ def nodes(api):
     yield make
     for fake in made:
         fake.stop()
-        # Pods bound to a node with no kubelet stay Terminating after their StatefulSet goes: remove them, then
+        # Pods bound to a node with no kubelet stay Terminating after their Service goes: remove them, then
         # the nodes.
         for ns in ("default", "train"):
             for pod in json.loads(api["core"].list_namespaced_pod(ns, _preload_content=False).data)["items"]:
@@ -96,6 +96,12 @@ def bound_pods(api, name, ns, count, seconds=180):
             return sorted(pods, key=lambda p: p["metadata"]["name"])
         time.sleep(1)
     return None
+
+
+def pods_of(api, name, ns, alive=False):
+    """The names of the run's pods that are still there (``alive``: and not being deleted)."""
+    return [p["metadata"]["name"] for p in k8s_read(api["core"].list_namespaced_pod, ns)["items"]
+            if p["metadata"]["name"].startswith(name + "-") and not (alive and p["metadata"].get("deletionTimestamp"))]
 
 
 def train(args, name):
@@ -128,9 +134,18 @@ def test_a_run_is_created_placed_followed_collected_and_deleted(api, nodes, fabr
         pods = bound_pods(api, name, ns, 2)
         assert pods, "the scheduler did not place both pods: " + log.read_text()[-3000:]
         # What the real apiserver stored, and where the real scheduler put it.
-        sts = k8s_read(api["apps"].read_namespaced_stateful_set, name, ns)
-        assert sts["spec"]["podManagementPolicy"] == "Parallel" and sts["spec"]["replicas"] == 2
-        assert k8s_read(api["core"].read_namespaced_service, name, ns)["spec"]["clusterIP"] == "None"
+        service = k8s_read(api["core"].read_namespaced_service, name, ns)
+        assert service["spec"]["clusterIP"] == "None"
+        # Issue 26: bare pods that end with their agent, owned by the Service, hardened.
+        for index, pod in enumerate(pods):
+            assert pod["metadata"]["name"] == f"{name}-{index}" and pod["spec"]["restartPolicy"] == "Never"
+            assert pod["spec"]["hostname"] == f"{name}-{index}" and pod["spec"]["subdomain"] == name
+            assert [(o["kind"], o["name"], o["uid"]) for o in pod["metadata"]["ownerReferences"]] == [
+                ("Service", name, service["metadata"]["uid"])]
+            assert pod["spec"]["automountServiceAccountToken"] is False
+            ctx = pod["spec"]["containers"][0]["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"]["drop"] == ["ALL"]
+            assert not any("serviceaccount" in m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"])
         assert sorted(p["spec"]["nodeName"] for p in pods) == ["gpu-a", "gpu-b"]  # one pod per 2-GPU node
         ranks = pods[0]["spec"]["containers"][0]
         env = dict((e["name"], e.get("value")) for e in ranks["env"])
@@ -159,10 +174,10 @@ def test_a_run_is_created_placed_followed_collected_and_deleted(api, nodes, fabr
     assert took < 60
     run = ROOT / "runs" / run_id
     manifests = json.loads((run / "k8s" / "objects.json").read_text())
-    assert [o["kind"] for o in manifests] == ["Service", "StatefulSet"]
+    assert [o["kind"] for o in manifests] == ["Service", "Pod", "Pod"]
     record = json.loads((run / "k8s" / "pods.json").read_text())
     assert sorted(p["node"] for p in record["pods"]) == ["gpu-a", "gpu-b"]
-    assert not k8s_exists(api, "StatefulSet", name, ns) and not k8s_exists(api, "Service", name, ns)
+    assert not k8s_exists(api, "Service", name, ns)
 
 
 def test_ctrl_c_deletes_the_runs_objects(api, nodes):
@@ -183,7 +198,8 @@ def test_ctrl_c_deletes_the_runs_objects(api, nodes):
     # The watch's worker deletes them (Ansible's main process may have ended already, its output with it).
     gone = None
     while time.time() - t0 < 15:
-        if not k8s_exists(api, "StatefulSet", name, "default") and not k8s_exists(api, "Service", name, "default"):
+        # Pods on nodes with no kubelet stay Terminating: deleted is what the API can say of them.
+        if not k8s_exists(api, "Service", name, "default") and not pods_of(api, name, "default", alive=True):
             gone = time.time() - t0
             break
         time.sleep(0.5)
@@ -213,7 +229,7 @@ def test_bad_inputs_fail_before_anything_is_created(api, nodes, run_playbook):
         flat = " ".join(res.out.split())
         assert "nothing was created" in flat and expect in flat, (label, res.tail())
         for ns in ("default", "train", "nope"):
-            assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", ns), label
+            assert not k8s_exists(api, "Service", f"mnds-{run_id}", ns), label
     # The same capacity problem through preflight: its report has the verdict, and nothing is created.
     run_id = f"e2e-k8s-bad-preflight-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "backend=kubernetes", "-e", "k8s_image=mnds-node:local",
@@ -224,7 +240,42 @@ def test_bad_inputs_fail_before_anything_is_created(api, nodes, run_playbook):
     report = json.loads((ROOT / "runs" / run_id / "preflight.json").read_text())
     failed = [v for v in report["verdicts"] if v["status"] == "fail"]
     assert any(v["check"] == "kubernetes capacity" and "fit 0 of the 2 pods" in v["detail"] for v in failed), failed
-    assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", "default")
+    assert not k8s_exists(api, "Service", f"mnds-{run_id}", "default")
+
+
+def test_a_refused_start_deletes_what_it_created(api, nodes):
+    """Issue 26, point 11: the apiserver refuses the pods after the Service and the Secret exist (a quota of 0 pods
+    in the namespace): the start step deletes both, then fails with the apiserver's words."""
+    nodes("gpu-a", "gpu-b")
+    ns = "quota"
+    from kubernetes import client  # pylint: disable=import-outside-toplevel
+    try:
+        api["core"].create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    except api["exc"] as exc:
+        assert exc.status == 409, exc
+    quota = client.V1ResourceQuota(metadata=client.V1ObjectMeta(name="no-pods"),
+                                   spec=client.V1ResourceQuotaSpec(hard={"pods": "0"}))
+    try:
+        api["core"].create_namespaced_resource_quota(ns, quota)
+    except api["exc"] as exc:
+        assert exc.status == 409, exc
+    run_id = f"e2e-k8s-refused-{int(time.time())}"
+    name = f"mnds-{run_id}"
+    proc, out, log = train(["-e", f"run_id={run_id}", "-e", f"k8s_namespace={ns}",
+                            "-e", '{"secret_env": {"E2E_SECRET": "x"}}'], "k8s-refused")
+    try:
+        rc = finish(proc, out, 180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text()
+    flat = " ".join(text.split())
+    assert rc == 2, text[-3000:]
+    assert "The cluster refused the run's objects (what was created is deleted)" in flat, text[-3000:]
+    assert "exceeded quota" in flat or "forbidden" in flat, text[-3000:]
+    assert "Delete what the failed start created" in text, text[-3000:]
+    assert not k8s_exists(api, "Service", name, ns) and not k8s_exists(api, "Secret", name + "-secrets", ns)
+    assert not pods_of(api, name, ns)
 
 
 def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):
@@ -234,11 +285,13 @@ def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):
                        "-e", "k8s_apply=false", "-e", f"run_id={run_id}", name="k8s-manifests")
     assert res.rc == 0, res.tail()
     assert "k8s_apply=false" in res.out and "kubectl apply -f" in res.out
-    assert not k8s_exists(api, "StatefulSet", f"mnds-{run_id}", "default")
+    assert not k8s_exists(api, "Service", f"mnds-{run_id}", "default")
     # What the user would apply is accepted as is by the real apiserver (a server-side dry run).
     listing = subprocess.run(["podman", "exec", "mnds-coord", "cat", f"/shared/runs/{run_id}/k8s/objects.json"],
                              env={"CONTAINERS_CONF": str(ROOT / ".cache/podman/containers.conf"),
                                   "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
-    service, sts = json.loads(listing.stdout)
+    service, *pods = json.loads(listing.stdout)
+    assert [p["kind"] for p in pods] == ["Pod", "Pod"]
     api["core"].create_namespaced_service("default", service, dry_run="All", _preload_content=False)
-    api["apps"].create_namespaced_stateful_set("default", sts, dry_run="All", _preload_content=False)
+    for pod in pods:
+        api["core"].create_namespaced_pod("default", pod, dry_run="All", _preload_content=False)

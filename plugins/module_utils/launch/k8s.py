@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The kubernetes backend's objects, from the job plan: one headless Service and one StatefulSet per run.
+"""The kubernetes backend's objects, from the job plan: one headless Service and one Pod per rank node per run.
 
 One pod per rank host of the plan (its ordinal is DeepSpeed's node rank), each asking for the host's slots in
 GPUs (CUDA ranks), the shared directory as a volume (a PVC, an NFS export or a hostPath), ``/dev/shm`` as a
@@ -22,6 +22,7 @@ import hashlib
 import re
 
 LABEL = "multinode-deepspeed.io/run"
+ORDINAL_LABEL = "multinode-deepspeed.io/ordinal"
 APP = {"app.kubernetes.io/name": "multinode-deepspeed", "app.kubernetes.io/managed-by": "multinode.deepspeed"}
 DNS_LABEL_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 RESOURCE_RE = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -107,8 +108,39 @@ def container(job, opts, name):
     }
     if resources:
         out["resources"] = {"limits": dict(resources), "requests": dict(resources)}
-    if opts["fabric"] == "rdma":
-        out["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    out["securityContext"] = container_security(opts)
+    return out
+
+
+def container_security(opts):
+    """The container's securityContext: no privilege escalation, every capability dropped but ``IPC_LOCK`` in rdma
+    mode (the ranks pin memory for the HCA), a non-root user when ``run_as_user`` is one."""
+    out = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    if opts.get("fabric") == "rdma":
+        out["capabilities"]["add"] = ["IPC_LOCK"]
+    user = numeric_id(opts.get("run_as_user"))
+    if user is not None:
+        out["runAsUser"] = user
+        out["runAsNonRoot"] = user != 0
+    return out
+
+
+def numeric_id(value):
+    """A uid or gid option as an int, or None (unset or not a number: ``check`` names it)."""
+    return int(value) if re.fullmatch(r"[0-9]+", str(value if value is not None else "")) else None
+
+
+def pod_security(opts):
+    """The pod's securityContext: ``fsGroup`` (``fs_group``, else the non-root ``run_as_user``) owns the Secret's
+    files, so a non-root image reads them (the Secret's mode is 0440)."""
+    user, group = numeric_id(opts.get("run_as_user")), numeric_id(opts.get("fs_group"))
+    if group is None and user:
+        group = user
+    out = {}
+    if group is not None:
+        out["fsGroup"] = group
+    if user:
+        out["runAsNonRoot"] = True
     return out
 
 
@@ -134,13 +166,16 @@ def pod_spec(job, opts, name):
     items = secret_items(job)
     if items:
         volumes.append({"name": "secrets", "secret": {"secretName": secret_name(name), "items": items,
-                                                      "defaultMode": 0o400}})
+                                                      "defaultMode": 0o440}})
         ranks["volumeMounts"].append({"name": "secrets", "mountPath": job["home"] + "/secrets", "readOnly": True})
     spec = {
         "containers": [ranks],
         "volumes": volumes,
         "terminationGracePeriodSeconds": 15,
         "enableServiceLinks": False,
+        # The pods never call the API: no service account token in them.
+        "automountServiceAccountToken": False,
+        "securityContext": pod_security(opts),
     }
     if opts.get("host_network"):
         spec["hostNetwork"] = True
@@ -149,12 +184,17 @@ def pod_spec(job, opts, name):
 
 
 def objects(job, opts):
-    """``[Service, StatefulSet]`` for the planned ``job``: one pod per rank host (``pod_spec``).
+    """``[Service, Pod 0, Pod 1, ...]`` for the planned ``job``: a headless Service and one Pod per rank host
+    (``pod_spec``), named ``<name>-<ordinal>``, reachable at ``<name>-<ordinal>.<name>.<namespace>.svc...``.
+
+    Bare pods with ``restartPolicy: Never``, not a StatefulSet: a pod whose agent ends (the run done, or the
+    controller's lease lapsed) ends too and gives its GPUs back; nothing starts it again.  The play makes the
+    Service the owner of the pods and the Secret (``owner_reference``), so deleting the Service deletes the rest.
 
     ``opts``: ``namespace``, ``image``, ``fabric`` (tcp|rdma), ``rdma_resource`` (e.g.
     ``rdma/rdma_shared_device_a``), ``rdma_count``, ``host_network``, ``interface`` (the pod's, default
     ``eth0``), ``volume`` (see ``volume``), ``shm_size`` (e.g. ``8Gi``, or None: no limit),
-    ``cluster_domain``, ``profile_env`` (the NCCL profile's variables).
+    ``cluster_domain``, ``profile_env`` (the NCCL profile's variables), ``run_as_user``, ``fs_group``.
     """
     name = object_name(job["run_id"])
     namespace = opts["namespace"]
@@ -166,16 +206,20 @@ def objects(job, opts):
         "spec": {"clusterIP": "None", "selector": {LABEL: name}, "publishNotReadyAddresses": True,
                  "ports": [{"name": "master", "port": int(job["master_port"])}]},
     }
-    statefulset = {
-        "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "serviceName": name, "replicas": len(job["rank_hosts"]), "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {LABEL: name}},
-            "template": {"metadata": {"labels": labels}, "spec": pod_spec(job, opts, name)},
-        },
-    }
-    return [service, statefulset]
+    pods = []
+    for index in range(len(job["rank_hosts"])):
+        spec = pod_spec(job, opts, name)
+        spec.update({"hostname": "%s-%d" % (name, index), "subdomain": name, "restartPolicy": "Never"})
+        pods.append({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "%s-%d" % (name, index), "namespace": namespace,
+                                  "labels": dict(labels, **{ORDINAL_LABEL: str(index)})},
+                     "spec": spec})
+    return [service] + pods
+
+
+def owner_reference(name, uid):
+    """What the pods and the Secret carry: the run's Service owns them (deleting it deletes them)."""
+    return {"apiVersion": "v1", "kind": "Service", "name": name, "uid": uid}
 
 
 def check(job, opts):
@@ -183,7 +227,7 @@ def check(job, opts):
     problems = []
     slots = sorted(set(job["slots"].values()))
     if len(slots) > 1:
-        problems.append("backend=kubernetes gives every pod the same resources (one StatefulSet), but the ranks per "
+        problems.append("backend=kubernetes gives every pod the same resources, but the ranks per "
                         "node differ (%s). Fix: the same deepspeed_slots on every node, or -e hosts= the nodes with "
                         "as many" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
     if not DNS_LABEL_RE.fullmatch(str(opts.get("namespace") or "")) or len(str(opts.get("namespace"))) > 63:
@@ -205,6 +249,10 @@ def check(job, opts):
     if len(domain) > 253 or not all(DNS_LABEL_RE.fullmatch(label) for label in domain.split(".")):
         problems.append("k8s_cluster_domain=%r is not a DNS domain. Fix: -e k8s_cluster_domain=<the cluster's "
                         "domain, e.g. cluster.local>" % (domain,))
+    for key in ("run_as_user", "fs_group"):
+        if opts.get(key) not in (None, "") and numeric_id(opts[key]) is None:
+            problems.append("k8s_%s=%r is not a numeric id. Fix: -e k8s_%s=<uid or gid, e.g. 1000>"
+                            % (key, opts[key], key))
     if opts.get("shm_size") not in (None, "") and not QUANTITY_RE.fullmatch(str(opts["shm_size"])):
         problems.append("k8s_shm_size=%r is not a Kubernetes quantity. Fix: -e k8s_shm_size=8Gi (or leave it out)"
                         % (opts["shm_size"],))
@@ -303,7 +351,7 @@ def pod_state(pod):
 def pod_problems(pods, nodes, expected, now, created=None, events=()):
     """Why the run's pods will not run, from the API's objects (JSON dicts): ``pods`` (the run's), ``nodes``
     (every Node), ``expected`` (the plan's rank hosts, in ordinal order), ``now`` and ``created`` (when the
-    StatefulSet was created, seconds), ``events`` (the StatefulSet's events).
+    run's Service was created, seconds), ``events`` (its events).
 
     Returns ``[(rank host, pod, message, lost)]``: ``lost`` when the pod's node stopped reporting.  Empty while
     the pods are running or may still start."""
@@ -315,8 +363,8 @@ def pod_problems(pods, nodes, expected, now, created=None, events=()):
         if pod is None:
             if created is not None and now - created > MISSING_GRACE:
                 why = [e.get("message") for e in events if e.get("reason") == "FailedCreate"]
-                out.append((host, None, "the StatefulSet did not create pod %d in %ds%s" % (
-                    index, MISSING_GRACE, ": " + why[-1] if why else ""), False))
+                out.append((host, None, "pod %d is missing %ds after the run's Service was created (deleted "
+                            "outside the run?)%s" % (index, MISSING_GRACE, ": " + why[-1] if why else ""), False))
             continue
         st = pod_state(pod)
         name, node = st["pod"], st["node"]
@@ -449,10 +497,11 @@ class Api(object):
     def nodes(self):
         return self._json(self.core.list_node(_preload_content=False, _request_timeout=self.timeout)).get("items") or []
 
-    def statefulset(self, namespace, name):
+    def service(self, namespace, name):
+        """The run's Service (the owner of its pods and Secret), or None."""
         try:
-            return self._json(self.apps.read_namespaced_stateful_set(name, namespace, _preload_content=False,
-                                                                     _request_timeout=self.timeout))
+            return self._json(self.core.read_namespaced_service(name, namespace, _preload_content=False,
+                                                                _request_timeout=self.timeout))
         except self.client.exceptions.ApiException as exc:
             if exc.status == 404:
                 return None
@@ -464,12 +513,14 @@ class Api(object):
             _request_timeout=self.timeout)).get("items") or []
 
     def delete_run(self, namespace, name):
-        """The run's StatefulSet (its pods with it), Service and Secret; the ones that were there."""
+        """The run's Service (the garbage collector deletes what it owns), then its pods and Secret at once; the
+        ones that were there."""
         deleted = []
-        for kind, call in (("StatefulSet", self.apps.delete_namespaced_stateful_set),
-                           ("Service", self.core.delete_namespaced_service),
-                           ("Secret", self.core.delete_namespaced_secret)):
-            target = secret_name(name) if kind == "Secret" else name
+        pods = [p["metadata"]["name"] for p in self.pods(namespace, name)]
+        calls = [("Service", name, self.core.delete_namespaced_service)]
+        calls += [("Pod", pod, self.core.delete_namespaced_pod) for pod in pods]
+        calls.append(("Secret", secret_name(name), self.core.delete_namespaced_secret))
+        for kind, target, call in calls:
             try:
                 call(target, namespace, propagation_policy="Background", _preload_content=False,
                      _request_timeout=self.timeout)

@@ -90,8 +90,98 @@ def watch_options(args):
         "timeout": float(args.get("timeout", 0) or 0),
         "stall_timeout": float(args.get("stall_timeout") or 0) or None,
         "startup_timeout": float(args.get("startup_timeout") or 300),
+        "queue_timeout": float(args.get("queue_timeout") or 0) or None,
+        "status_retry": float(args.get("status_retry", 60) if args.get("status_retry") is not None else 60),
+        "status_timeout": float(args.get("status_timeout") or 30),
         "addresses": dict(args.get("addresses") or {}),
     }
+
+
+class StatusRetry(object):
+    """Whether the watch tries a failed status call again: for up to ``limit`` seconds since the first failure
+    in a row (a success starts over), waiting ``first`` seconds, then twice as long each time, at most ``most``.
+    ``deadline``: a time (same clock) after which no more tries are made (the run's timeout)."""
+
+    def __init__(self, limit=60.0, first=1.0, most=10.0):
+        self.limit, self.first, self.most = float(limit), float(first), float(most)
+        self.failed_since = None
+        self.failures = 0
+
+    def ok(self):
+        self.failed_since, self.failures = None, 0
+
+    def failed(self, now, deadline=None):
+        """After a failure at ``now``: seconds to wait before the next try, or None to give up."""
+        if self.failed_since is None:
+            self.failed_since = now
+        self.failures += 1
+        wait = min(self.most, self.first * (2 ** (self.failures - 1)))
+        if now + wait - self.failed_since > self.limit:
+            return None
+        if deadline is not None and now + wait > deadline:
+            return None
+        return wait
+
+
+def give_up_reason(error, failing_for, host, timed_out=False):
+    """The watch's reason when it stops asking: the coordinator did not answer for ``failing_for`` seconds."""
+    why = "the run's timeout passed while " if timed_out else ""
+    return ("%sthe coordinator %s could not be reached or read for %.0fs (%s); the watch gave up: the run may "
+            "still be going there (its lease stops it)" % (why, host or "?", failing_for, first_line(error)))
+
+
+def first_line(text):
+    lines = str(text or "").strip().splitlines()
+    return (lines[0] if lines else "no answer")[:300]
+
+
+def queue_state(status):
+    """The backend's queue record that run_status reports (``status["queue"]``), when the run's job waits in a
+    scheduler's queue: {"state": "queued", "label", "reason", "job_id", "since", "fix"}; None when there is none or
+    the job started."""
+    queue = status.get("queue")
+    if isinstance(queue, dict) and queue.get("state") == "queued":
+        return queue
+    return None
+
+
+def start_time(status):
+    """When the ranks could start, on the node's clock, from the queue record (its job's start), or None."""
+    queue = status.get("queue")
+    if isinstance(queue, dict) and queue.get("state") == "started" and queue.get("started"):
+        try:
+            return float(queue["started"])
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def queued_line(queue, now):
+    """'queued: PENDING (Resources) 2m10s' for the progress line."""
+    waited = max(0.0, now - float(queue.get("since") or now))
+    reason = queue.get("reason")
+    return "queued: %s%s %s" % (queue.get("label") or "pending",
+                                " (%s)" % reason if reason not in (None, "", "None") else "", duration(waited))
+
+
+def duration(seconds):
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+    if seconds >= 60:
+        return "%dm%02ds" % (seconds // 60, seconds % 60)
+    return "%ds" % seconds
+
+
+def abort_for_queue(queue, now, queue_timeout):
+    """The verdict when the run's job waited in the queue longer than ``queue_timeout`` (None: no action)."""
+    waited = now - float(queue.get("since") or now)
+    if not queue_timeout or waited <= queue_timeout:
+        return None
+    reason = "job %s waited in the queue for %s (queue_timeout %.0fs), still %s (%s)%s" % (
+        queue.get("job_id") or "?", duration(waited), queue_timeout, queue.get("label") or "pending",
+        queue.get("reason") or "no reason given", "; %s" % queue["fix"] if queue.get("fix") else "")
+    return STOPPING, reason, ("abort", reason)
 
 
 def abort_for_pods(problems):
@@ -217,6 +307,8 @@ def progress_line(status, now, total_steps=None):
             parts.append("%.1f samples/s" % head["samples_per_sec"])
         if total and head.get("step_time"):
             parts.append("eta %.0fs" % (max(0, total - step) * head["step_time"]))
+    elif queue_state(status):
+        parts.append(queued_line(queue_state(status), now))
     else:
         parts.append("starting")
     beats = []

@@ -114,3 +114,53 @@ def test_a_lost_node_in_sruns_output_is_the_cause(tmp_path):
     job.verdict({"state": "NODE_FAIL", "exit_code": "0:0", "nodes": "worker[1-2]"})
     abort = json.loads((tmp_path / "control" / "ABORT").read_text())
     assert abort["host"] == "worker2" and abort["reason"] == "Slurm job 7 ended NODE_FAIL: node worker2 failed"
+
+
+# Issue 26, 10: the queue record, from real `scontrol show job -o` lines (Slurm 23, the e2e cluster).
+HELD = ("JobId=8 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=0 Nice=0 Account=root "
+        "QOS=normal JobState=PENDING Reason=JobHeldUser Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 "
+        "ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A SubmitTime=2026-11-25T07:31:13 "
+        "EligibleTime=Unknown AccrueTime=Unknown StartTime=Unknown EndTime=Unknown Deadline=N/A SuspendTime=None "
+        "SecsPreSuspend=0 LastSchedEval=2026-11-25T07:31:13 Scheduler=Main Partition=gpu AllocNode:Sid=coord:8751 "
+        "ReqNodeList=(null) ExcNodeList=(null) NodeList= NumNodes=2-2 NumCPUs=2 NumTasks=2 CPUs/Task=1 "
+        "ReqB:S:C:T=0:0:*:* TRES=cpu=2,mem=44G,node=2,billing=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+        "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK "
+        "Contiguous=0 Licenses=(null) Network=(null) Command=(null) WorkDir=/ StdErr=/dev/null StdIn=/dev/null "
+        "StdOut=/dev/null Power= \n")
+BEHIND = HELD.replace("JobId=8", "JobId=10").replace("Reason=JobHeldUser", "Reason=Priority")
+RUNNING = HELD.replace("JobState=PENDING Reason=JobHeldUser", "JobState=RUNNING Reason=None").replace(
+    "NodeList= ", "NodeList=worker[1-2] ")
+
+
+def test_a_held_job_is_queued_with_its_reason_and_fix():
+    rec = slurm.queue_record("8", slurm.parse_scontrol(HELD), 100.0)
+    assert rec == {"state": "queued", "label": "PENDING", "reason": "JobHeldUser", "job_id": "8", "since": 100.0,
+                   "fix": "the job is held: scontrol release 8"}
+
+
+def test_a_job_behind_others_is_queued_and_the_fix_names_the_partition():
+    rec = slurm.queue_record("10", slurm.parse_scontrol(BEHIND), 100.0)
+    assert (rec["state"], rec["reason"]) == ("queued", "Priority")
+    assert "squeue -p gpu" in rec["fix"] and "queue_timeout" in rec["fix"]
+    assert "scontrol show job 11 (Reason)" in slurm.queue_fix("BeginTime", "11", "gpu")
+
+
+def test_a_running_job_has_started_and_stays_started():
+    rec = slurm.queue_record("8", slurm.parse_scontrol(RUNNING), 100.0, started=130.0)
+    assert (rec["state"], rec["started"], rec["label"]) == ("started", 130.0, "RUNNING")
+    # Requeued after it ran: not a queue wait again (the job agent stops a requeued run itself).
+    assert slurm.queue_record("8", slurm.parse_scontrol(BEHIND), 100.0, started=130.0)["state"] == "started"
+
+
+def test_the_job_agent_writes_the_queue_record_when_it_changes(tmp_path, monkeypatch):
+    (tmp_path / "control").mkdir()
+    job = slurm.Job(slurm.parse_args(["job", "--run-dir", str(tmp_path), "--host", "coord"]))
+    job.job_id, job.submitted = "8", 100.0
+    job.info = slurm.parse_scontrol(HELD)
+    job.note_queue()
+    rec = json.loads((tmp_path / "control" / "queue.json").read_text())
+    assert rec["state"] == "queued" and rec["reason"] == "JobHeldUser"
+    monkeypatch.setattr(slurm.time, "time", lambda: 150.0)
+    job.info = slurm.parse_scontrol(RUNNING)
+    job.note_queue()
+    assert json.loads((tmp_path / "control" / "queue.json").read_text())["started"] == 150.0

@@ -57,3 +57,13 @@ def test_settings_win_and_errors_fail_the_task():
     assert res["failed"] is True
     assert res["msg"].startswith("The job cannot start: steps=0 must be a whole number >= 1")
     assert "backend=mpi is not a launch backend" in res["msg"]
+
+
+def test_the_run_accounts_uid_on_the_coordinator_reaches_the_kubernetes_pods():
+    tv = task_vars(backend="kubernetes", k8s_image="img:1", run_id="r3")
+    tv["hostvars"]["coord"]["multinode_node"] = {"uid": 2000}
+    res = action({}).run(task_vars=tv)
+    assert not res.get("failed"), res.get("msg")
+    assert res["job"]["backend_options"]["run_as_user"] == 2000
+    tv["hostvars"]["coord"]["multinode_node"] = {"uid": 0}
+    assert action({}).run(task_vars=tv)["job"]["backend_options"]["run_as_user"] is None

@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubernetes: the run is one headless Service and one StatefulSet (module_utils/launch/k8s.py), applied from the
-controller with kubernetes.core.k8s.
+"""kubernetes: the run is one headless Service and one Pod per rank node (module_utils/launch/k8s.py), applied from
+the controller with kubernetes.core.k8s; the Service owns the pods and the run's Secret.
 
 Where ranks start: one pod per rank host of the plan; the pod's ordinal is DeepSpeed's node rank, its agent
 starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's stable DNS name as the master
@@ -10,7 +10,8 @@ starts ``deepspeed --no_ssh --node_rank=<ordinal>`` with pod 0's stable DNS name
 What watches them: the agents' heartbeats on the shared directory (the pods mount it), and the pods' status from
 the API (``follower``: a pod that cannot be scheduled, cannot start, restarts or whose node stops reporting
 stops the run at once, naming it).
-How a run stops: the agents' ABORT and lease, as everywhere; then the StatefulSet and the Service are deleted
+How a run stops: the agents' ABORT and lease, as everywhere (a pod ends with its agent: ``restartPolicy: Never``,
+so a controller that dies leaves no pod holding GPUs); then the Service, the pods and the Secret are deleted
 (role ``backend``'s ``kubernetes.yml`` at the end of the play, the watch itself on Ctrl-C), unless
 ``k8s_keep``.
 Preflight and the start check the cluster first (the API answers, the namespace, allocatable GPUs and the RDMA
@@ -37,13 +38,17 @@ class Options(backends.Options):
     defaults = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
                 "k8s_fabric": "tcp", "k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_host_network": False,
                 "k8s_shared_volume": "", "k8s_shm_size": None, "k8s_apply": True, "k8s_keep": False,
-                "k8s_cluster_domain": "cluster.local"}
+                "k8s_cluster_domain": "cluster.local", "k8s_run_as_user": None, "k8s_fs_group": None}
 
     def read(self, settings, problems):
         opts = dict((k[len("k8s_"):], settings.get(k) if settings.get(k) is not None else v)
                     for k, v in self.defaults.items())
         for key in ("host_network", "apply", "keep"):
             opts[key] = backends.flag(opts[key])
+        # Unset: the pods run as the run's account (its uid on the coordinator), which owns the run directory;
+        # with every capability dropped, root in a pod could not write there.
+        if opts["run_as_user"] in (None, "") and settings.get("run_uid"):
+            opts["run_as_user"] = settings["run_uid"]
         opts["volume"] = k8s.parse_volume(opts.pop("shared_volume"))
         # The controller's kubeconfig, as kubectl finds it (the plan is made on the controller).
         config = opts["kubeconfig"] or (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0] or "~/.kube/config"
@@ -78,7 +83,7 @@ class Start(backends.Start):
 
     def handoff(self, job):
         path = "%s/%s" % (job["run_dir"], OBJECTS_FILE)
-        return ("The run's Service and StatefulSet are written: %s (k8s_apply=false). Apply them with: kubectl "
+        return ("The run's Service and Pods are written: %s (k8s_apply=false). Apply them with: kubectl "
                 "apply -f %s ; delete them with kubectl delete -f %s when the run ends." % (path, path, path))
 
 
@@ -92,7 +97,8 @@ class Tasks(backends.Tasks):
         opts = job["backend_options"]
         return {"objects": k8s.objects(job, opts), "name": k8s.object_name(job["run_id"]),
                 "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
-                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"])}
+                "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"]),
+                "owner": k8s.owner_reference(k8s.object_name(job["run_id"]), None)}
 
 
 class Watch(backends.Watch):
@@ -112,7 +118,7 @@ class Watch(backends.Watch):
 
 class KubernetesBackend(backends.Backend):
     NAME = "kubernetes"
-    DESCRIPTION = "a StatefulSet and a headless Service per run, one pod per rank node (kubernetes.core)"
+    DESCRIPTION = "a headless Service and one pod per rank node per run (kubernetes.core)"
     ranks = backends.Ranks(agents_over_ssh=False)
     options = Options()
     start = Start()
@@ -147,7 +153,7 @@ class Follower(object):
             api = self._api()
             pods = api.pods(spec["namespace"], spec["name"])
             nodes = api.nodes()
-            sts = api.statefulset(spec["namespace"], spec["name"])
+            owner = api.service(spec["namespace"], spec["name"])
             events = api.events(spec["namespace"], spec["name"]) if len(pods) < len(spec["hosts"]) else []
         except Exception as exc:  # pylint: disable=broad-except
             self.failures += 1
@@ -158,10 +164,10 @@ class Follower(object):
             return []
         self.failures = 0
         self.pods = sorted((k8s.pod_state(p) for p in pods), key=lambda p: (p["ordinal"] is None, p["ordinal"]))
-        if sts is None:
-            return [(None, "the StatefulSet %s/%s is gone (deleted outside the run)" % (spec["namespace"], spec["name"]),
+        if owner is None:
+            return [(None, "the Service %s/%s is gone (deleted outside the run)" % (spec["namespace"], spec["name"]),
                      False)]
-        self.created = k8s._time((sts.get("metadata") or {}).get("creationTimestamp"))  # pylint: disable=protected-access
+        self.created = k8s._time((owner.get("metadata") or {}).get("creationTimestamp"))  # pylint: disable=protected-access
         return [(host, "%s (%s)" % (host, msg) if host else msg, lost)
                 for host, _pod, msg, lost in k8s.pod_problems(pods, nodes, spec["hosts"], now, self.created, events)]
 

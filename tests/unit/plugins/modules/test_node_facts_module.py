@@ -38,3 +38,9 @@ def test_no_files_no_venv_and_a_taken_port(tmp_path, run_module):
     assert res["ansible_facts"]["multinode_node_env"] == {} and node["files"] == []
     assert "no venv" in node["versions"]["error"] and node["stack_fingerprint"] is None
     assert node["port_free"] is False and "is not free" in node["port_error"]
+
+
+def test_the_run_accounts_uid():
+    from ansible_collections.multinode.deepspeed.plugins.modules.node_facts import user_id
+    assert user_id("root") == 0
+    assert user_id("no-such-account-mnds") is None

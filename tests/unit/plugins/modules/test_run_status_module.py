@@ -60,3 +60,32 @@ def test_the_lock_is_given_back_only_by_its_run(tmp_path, run_module):
     lock.write_text(json.dumps({"run_id": "r1"}))
     assert run_module(run_status, {"run_dir": str(d) + "/", "release": str(lock)})["changed"] is True
     assert not lock.exists()
+
+
+def test_json_that_is_not_an_object_and_odd_names_are_skipped(tmp_path, run_module):
+    """Issue 26, 9: one odd file does not fail the watch's poll (it failed with AttributeError before)."""
+    d = run_dir(tmp_path)
+    (d / "nodes" / "w4.json").write_text("[1, 2]")
+    (d / "nodes" / "w5.json").write_text("42")
+    (d / "nodes" / "w6.json").write_text(json.dumps({"host": ["x"], "state": "running", "time": 7.0}))
+    (d / "metrics" / "rank3.jsonl").write_text('7\n["step"]\n"x"\nnull\n')
+    (d / "metrics" / "rank4.jsonl").write_text('{"event": "step", "step": 4}\n[1]\n')
+    (d / "metrics" / "rank-old.jsonl").write_text(json.dumps({"event": "step", "step": 9}) + "\n")
+    (d / "metrics" / "rankx.jsonl").write_text("")
+    (d / "control").mkdir()
+    (d / "control" / "ABORT").write_text('"stop"')
+    (d / "control" / "queue.json").write_text("[]")
+    res = run_module(run_status, {"run_dir": str(d)})
+    assert sorted(res["nodes"]) == ["w1", "w2", "w6"]
+    assert res["ranks"]["4"] == {"event": "step", "step": 4} and "3" not in res["ranks"]
+    assert res["abort"] is None and res["queue"] is None
+
+
+def test_the_queue_record_is_reported(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    (d / "control").mkdir()
+    queued = {"state": "queued", "label": "PENDING", "reason": "Resources", "job_id": "7", "since": 1.0, "fix": "f"}
+    (d / "control" / "queue.json").write_text(json.dumps(queued))
+    assert run_module(run_status, {"run_dir": str(d)})["queue"] == queued
+    (d / "control" / "queue.json").unlink()
+    assert run_module(run_status, {"run_dir": str(d)})["queue"] is None

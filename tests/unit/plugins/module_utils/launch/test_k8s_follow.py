@@ -86,7 +86,7 @@ def test_a_container_that_cannot_start_or_restarts_names_the_fix():
     assert "failed: The node was low on resource: memory." in msg and lost
 
 
-def test_a_pod_missing_from_its_statefulset_is_named_after_a_grace():
+def test_a_missing_pod_is_named_after_a_grace():
     events = [{"reason": "FailedCreate", "message": 'create Pod mnds-t2-1 in StatefulSet mnds-t2 failed error: '
                'pods "mnds-t2-1" is forbidden: exceeded quota: gpus'}]
     pods = load("pods-unschedulable.json")[:1]
@@ -163,7 +163,7 @@ class FakeApi(object):
     def nodes(self):
         return self._nodes
 
-    def statefulset(self, namespace, name):
+    def service(self, namespace, name):
         return {"metadata": {"name": name, "creationTimestamp": "2026-11-24T10:00:00Z"}} if self._sts else None
 
     def events(self, namespace, name):
@@ -171,7 +171,7 @@ class FakeApi(object):
 
     def delete_run(self, namespace, name):
         self.deleted.append((namespace, name))
-        return ["StatefulSet/" + name]
+        return ["Service/" + name]
 
 
 def test_the_follower_names_the_rank_host_and_deletes_unless_kept():
@@ -186,7 +186,7 @@ def test_the_follower_names_the_rank_host_and_deletes_unless_kept():
     assert problems[0][1].startswith("worker1 (pod mnds-t1-0 on node fake-a: node fake-a is not ready")
     assert follower.progress() == "pods 0/2 running (mnds-t1-0 Pending on fake-a, mnds-t1-1 Pending on fake-b)"
     assert [p["node"] for p in follower.record()["pods"]] == ["fake-a", "fake-b"]
-    assert follower.stop() == ["StatefulSet/mnds-t2"] and api.deleted == [("default", "mnds-t2")]
+    assert follower.stop() == ["Service/mnds-t2"] and api.deleted == [("default", "mnds-t2")]
     kept = kb.Follower(dict(spec, keep=True), api=api)
     assert kept.stop() == [] and len(api.deleted) == 1
 
@@ -200,7 +200,7 @@ def test_the_follower_stops_the_run_when_the_api_keeps_failing_or_the_statefulse
     assert "the Kubernetes API does not answer (5 tries: connection refused)" in msg
     gone = kb.Follower(spec, api=FakeApi([], ready_nodes(), sts=False))
     (_h, msg, _l), = gone.poll(0)
-    assert "StatefulSet default/mnds-t2 is gone" in msg
+    assert "Service default/mnds-t2 is gone" in msg
 
 
 def test_the_plan_starts_no_agent_over_ssh_and_gives_the_watch_no_ssh_probe():
@@ -208,7 +208,7 @@ def test_the_plan_starts_no_agent_over_ssh_and_gives_the_watch_no_ssh_probe():
     assert launch["ssh_agents"] == [] and launch["agents"] == ["worker1", "worker2"]
     assert launch["tasks"] == "kubernetes" and launch["probe_nodes"] is False
     assert launch["extra"]["per_pod"] == {"nvidia.com/gpu": 2} and launch["extra"]["pods"] == 2
-    assert [o["kind"] for o in launch["extra"]["objects"]] == ["Service", "StatefulSet"]
+    assert [o["kind"] for o in launch["extra"]["objects"]] == ["Service", "Pod", "Pod"]
 
 
 def test_running_only_when_every_planned_pod_runs():
@@ -228,7 +228,7 @@ def test_running_only_when_every_planned_pod_runs():
 def test_the_runs_secrets_are_a_secret_volume_where_the_ranks_read_them():
     job = gpu_job(secret_env={"WANDB_API_KEY": "wandb-value-4711"}, hf_token_set=True)
     sts = job["launch"]["extra"]["objects"][1]
-    pod = sts["spec"]["template"]["spec"]
+    pod = sts["spec"]
     (vol,) = [v for v in pod["volumes"] if v["name"] == "secrets"]
     assert vol["secret"]["secretName"] == job["launch"]["extra"]["secret"] == "mnds-t2-secrets"
     assert vol["secret"]["items"] == [{"key": "hf_token", "path": "hf_token"},
@@ -238,13 +238,13 @@ def test_the_runs_secrets_are_a_secret_volume_where_the_ranks_read_them():
     assert job["env"]["HF_TOKEN_PATH"] == job["home"] + "/secrets/hf_token"
     assert job["secret_file"] == "%s/secrets/runs/%s.json" % (job["home"], job["run_id"])
     assert "wandb-value-4711" not in json.dumps(job["launch"])  # the value never enters the plan's objects
-    plain = gpu_job()["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]
+    plain = gpu_job()["launch"]["extra"]["objects"][1]["spec"]
     assert "secrets" not in [v["name"] for v in plain["volumes"]]
 
 
 def test_values_that_reach_the_pods_are_checked_by_the_plan():
     good = gpu_job(k8s_image="registry.local:5000/team/mnds-node:1.2", k8s_shm_size="8Gi")
-    container = good["launch"]["extra"]["objects"][1]["spec"]["template"]["spec"]["containers"][0]
+    container = good["launch"]["extra"]["objects"][1]["spec"]["containers"][0]
     assert container["image"] == "registry.local:5000/team/mnds-node:1.2"
     for settings, expect in (({"k8s_image": "mnds node;rm -rf /"}, "k8s_image='mnds node;rm -rf /' is not an image"),
                              ({"k8s_cluster_domain": "cluster.local\nNCCL_X=1"}, "is not a DNS domain"),

@@ -28,13 +28,19 @@ def test_names_are_dns_labels_and_distinct():
     assert len(long) <= k8s.NAME_MAX and k8s.DNS_LABEL_RE.fullmatch(long)
 
 
-def test_one_service_and_one_statefulset_per_run():
+def test_one_service_and_one_pod_per_rank_node_that_ends_with_its_agent():
     job = plan({"run_id": "r1"}, workers(gpus=4, slots=(4, 4)), ["coord"], NOW)
-    service, sts = k8s.objects(job, OPTS)
+    service, pod0, pod1 = k8s.objects(job, OPTS)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
-    assert sts["spec"]["serviceName"] == "mnds-r1" and sts["spec"]["replicas"] == 2
-    assert sts["spec"]["podManagementPolicy"] == "Parallel"
-    pod = sts["spec"]["template"]["spec"]
+    # Bare pods, never restarted (issue 26, point 11): a pod whose agent ends gives its GPUs back.
+    assert [pod0["kind"], pod0["metadata"]["name"], pod1["metadata"]["name"]] == ["Pod", "mnds-r1-0", "mnds-r1-1"]
+    for index, obj in enumerate((pod0, pod1)):
+        assert obj["spec"]["restartPolicy"] == "Never"
+        # The stable name the master is reached at: <hostname>.<subdomain>.<namespace>.svc.<domain>.
+        assert obj["spec"]["hostname"] == "mnds-r1-%d" % index and obj["spec"]["subdomain"] == "mnds-r1"
+        assert obj["metadata"]["labels"][k8s.LABEL] == "mnds-r1" == service["spec"]["selector"][k8s.LABEL]
+        assert obj["metadata"]["labels"][k8s.ORDINAL_LABEL] == str(index)
+    pod = pod0["spec"]
     ranks = pod["containers"][0]
     assert ranks["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert ranks["command"][-4:] == ["multinode_ds.k8s", "pod", "--run-dir", job["run_dir"]]
@@ -51,8 +57,7 @@ def test_rdma_mode():
     job = plan({"run_id": "r2"}, workers(gpus=8, slots=(8, 8)), ["coord"], NOW)
     opts = dict(OPTS, fabric="rdma", rdma_resource="rdma/rdma_shared_device_a", host_network=True,
                 interface="ib0", profile_env={"NCCL_IB_HCA": "mlx5_0:1", "NCCL_IB_GID_INDEX": "3"})
-    dummy, sts = k8s.objects(job, opts)
-    pod = sts["spec"]["template"]["spec"]
+    pod = k8s.objects(job, opts)[1]["spec"]
     ranks = pod["containers"][0]
     assert ranks["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
     assert ranks["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
@@ -103,7 +108,7 @@ def test_the_backend_plans_pods_with_their_agents_and_pod_zero_as_master():
     agents = _json.loads(launch["files"]["k8s/agents.json"])
     assert len(agents) == 2 and agents[1][agents[1].index("--host") + 1] == "worker2"
     objects = _json.loads(launch["files"]["k8s/objects.json"])
-    assert [o["kind"] for o in objects] == ["Service", "StatefulSet"]
+    assert [o["kind"] for o in objects] == ["Service", "Pod", "Pod"]
     assert launch["start"] is True
 
 
@@ -117,3 +122,11 @@ def test_a_missing_image_fails_the_plan():
     from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError
     with pytest.raises(JobError, match="k8s_image is not set"):
         plan({"run_id": "r7", "backend": "kubernetes"}, workers(), ["coord"], NOW)
+
+
+def test_the_service_owns_the_pods_and_the_secret():
+    """Issue 26, point 11: the play puts this on the pods and the Secret, with the Service's uid once it exists."""
+    owner = {"apiVersion": "v1", "kind": "Service", "name": "mnds-r1", "uid": "u-1"}
+    assert k8s.owner_reference("mnds-r1", "u-1") == owner
+    job = plan({"run_id": "r8", "backend": "kubernetes", "k8s_image": "mnds-node:local"}, workers(), ["coord"], NOW)
+    assert job["launch"]["extra"]["owner"] == {"apiVersion": "v1", "kind": "Service", "name": "mnds-r8", "uid": None}

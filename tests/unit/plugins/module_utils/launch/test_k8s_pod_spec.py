@@ -30,13 +30,15 @@ def test_pod_env_over_rdma_never_switches_infiniband_off():
 
 def test_container_asks_for_the_hosts_gpus_and_rdma_devices():
     plain = k8s.container(dict(JOB, accelerator="cpu"), OPTS, NAME)
-    assert "resources" not in plain and "securityContext" not in plain
+    assert "resources" not in plain
+    assert plain["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert plain["command"] == ["/v/bin/python", "-m", "multinode_ds.k8s", "pod", "--run-dir", "/s/runs/r1"]
     assert names(plain)[-1] == "MULTINODE_DS_POD" and names(plain)[:-1] == sorted(names(plain)[:-1])
     assert plain["ports"] == [{"name": "master", "containerPort": 29500}]
     rdma = k8s.container(JOB, dict(OPTS, fabric="rdma", rdma_resource="rdma/hca", rdma_count=2), NAME)
     assert rdma["resources"]["limits"] == rdma["resources"]["requests"] == {"nvidia.com/gpu": "2", "rdma/hca": "2"}
-    assert rdma["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert rdma["securityContext"] == {"allowPrivilegeEscalation": False,
+                                       "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]}}
 
 
 def test_secret_items_are_the_runs_secrets_only():

@@ -12,7 +12,8 @@ def test_the_watch_options_and_their_defaults():
     assert opts == {"nodes": ["coord", "w1"], "launchers": ["coord"], "world_size": None, "total_steps": None,
                     "poll_interval": 2.0, "progress_interval": 10.0, "heartbeat_timeout": 20.0,
                     "start_timeout": 120.0, "stop_timeout": 60.0, "timeout": 0.0, "stall_timeout": None,
-                    "startup_timeout": 300.0, "addresses": {}}
+                    "startup_timeout": 300.0, "queue_timeout": None, "status_retry": 60.0,
+                    "status_timeout": 30.0, "addresses": {}}
     opts = watch_options({"nodes": ["w1"], "launchers": [], "world_size": "4", "total_steps": 30,
                           "poll_interval": "0.5", "timeout": None, "stall_timeout": "90", "startup_timeout": 0,
                           "addresses": {"w1": "10.0.0.1"}})

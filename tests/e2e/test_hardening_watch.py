@@ -1,0 +1,183 @@
+"""The watch's hardening (issue 26, points 9, 10 and 12) on the local cluster: a coordinator that does not answer
+for a few seconds does not end the run; a Slurm job that waits in the queue longer than the startup allowance is
+not a stall; Ctrl-C stops every node through the dead man's switch when Ansible logs in as a user that is not the
+run's (``deploy``, with sudo, as in inventories/examples)."""
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import test_slurm_cluster
+import yaml
+from e2e_nodes import load_summary, on_coord, podman, run_processes, start_train, when_step
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ("coord", "worker1", "worker2")
+slurm = test_slurm_cluster.slurm  # the fixture: Slurm answers and both workers are idle
+TINY = ["-e", "model=llama-tiny", "-e", "preflight=false"]
+
+
+def run_left(node, run_id):
+    """The run's processes on ``node`` by their command lines (a process started through deploy's sudo may hide
+    its environment from the container's root, so run_processes cannot see it); not the switch's shell."""
+    script = f"ps -eo pid=,args= | grep -F -e '{run_id}' | grep -v -e 'read -r why' -e grep || true"
+    return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split("\n")[:-1]
+
+
+def nothing_left(run_id, seconds, deploy=False):
+    left = {}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        left = dict((n, run_left(n, run_id) if deploy else run_processes(n, run_id)) for n in NODES)
+        if not any(left.values()):
+            return {}
+        time.sleep(0.5)
+    return left
+
+
+def finish(proc, out, timeout=600):
+    try:
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    return proc.returncode
+
+
+def close_masters(cp_dir):
+    """End the SSH ControlMasters that this test's playbook opened (its own ControlPath directory)."""
+    for sock in Path(cp_dir).glob("*"):
+        os.system("ssh -O exit -o ControlPath=%s x >/dev/null 2>&1" % sock)
+
+
+def test_a_coordinator_that_does_not_answer_for_seconds_does_not_end_the_run(provisioned, tmp_path):
+    """Point 9: the coordinator's sshd stops for ~8 s mid-run (its running sessions stay): the status calls fail
+    (connection refused), the watch tries again with backoff, and the run ends well."""
+    run_id = f"e2e-flaky-status-{int(time.time())}"
+    cp_dir = tmp_path / "cp"
+    cp_dir.mkdir()
+    os.environ["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(cp_dir)
+    try:
+        proc, out, log = start_train([*TINY, "-e", "steps=40", "-e", f"run_id={run_id}"], "flaky-status")
+    finally:
+        del os.environ["ANSIBLE_SSH_CONTROL_PATH_DIR"]
+    pid = on_coord("cat /run/sshd.pid").stdout.strip()
+    assert pid.isdigit()
+    try:
+        stopped = when_step(run_id, 3, lambda: (on_coord(f"kill {pid}"), close_masters(cp_dir)))
+        assert stopped, "the run never started"
+        time.sleep(8)
+    finally:
+        on_coord("/usr/sbin/sshd -E /var/log/sshd.log")
+    assert on_coord("cat /run/sshd.pid").stdout.strip() not in ("", pid), "sshd did not start again"
+    rc = finish(proc, out)
+    text = log.read_text()
+    assert rc == 0, text[-3000:]
+    assert text.count("trying again in") >= 2, text[-3000:]
+    assert load_summary(run_id)["status"] == "success"
+
+
+def test_a_slurm_job_waiting_in_the_queue_is_not_a_stall(slurm):
+    """Point 10: another job holds both nodes for 60 s; the run's job waits PENDING behind it, longer than
+    startup_timeout=40 (the ranks' own start takes ~20 s here), then runs: success, and the progress line said it
+    was queued."""
+    run_id = f"e2e-queued-{int(time.time())}"
+    blocker = on_coord("sbatch --parsable --exclusive -N2 -o /dev/null --wrap 'sleep 60'").stdout.strip()
+    assert blocker.isdigit()
+    try:
+        proc, out, log = start_train(["-e", "backend=slurm", *TINY, "-e", "steps=10", "-e", "startup_timeout=40",
+                                      "-e", f"run_id={run_id}"], "slurm-queued")
+        rc = finish(proc, out)
+    finally:
+        on_coord(f"scancel {blocker}")
+    text = log.read_text()
+    assert rc == 0, text[-3000:]
+    assert "queued: PENDING (" in text
+    summary = load_summary(run_id)
+    assert summary["status"] == "success"
+    queue = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/queue.json").stdout)
+    assert queue["state"] == "started" and queue["started"] - queue["since"] > 40
+
+
+@pytest.fixture
+def deploy_inventory(provisioned, tmp_path):
+    """The local cluster as inventories/examples log in: as ``deploy`` (passwordless sudo, the cluster's key),
+    become root for the tasks, the run's own user for the run's files."""
+    script = ("id deploy >/dev/null 2>&1 || useradd -m -s /bin/sh deploy; mkdir -p ~deploy/.ssh; "
+              "cp /root/.ssh/authorized_keys ~deploy/.ssh/; chown -R deploy: ~deploy/.ssh; chmod 700 ~deploy/.ssh; "
+              "echo 'deploy ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/deploy; chmod 440 /etc/sudoers.d/deploy")
+    for node in NODES:
+        res = podman("exec", f"mnds-{node}", "sh", "-c", script)
+        assert res.returncode == 0, res.stderr
+    hosts = yaml.safe_load((ROOT / "inventories" / "local" / "hosts.yml").read_text())
+    # In a group of their own, as in the examples: the implicit localhost (the "all" group's) does not become.
+    hosts["all"]["children"] = {"cluster": {"vars": {"ansible_user": "deploy", "ansible_become": True},
+                                            "children": hosts["all"]["children"]}}
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(hosts))
+    return path
+
+
+def test_ctrl_c_stops_every_node_through_abort_when_ansible_logs_in_as_deploy(deploy_inventory):
+    """Point 12: Ctrl-C during the watch: every node stops within 10 s, through the ABORT record (not the lease,
+    which takes longer), written as the run's user although Ansible logs in as deploy."""
+    run_id = f"e2e-deploy-ctrlc-{int(time.time())}"
+    proc, out, log = start_train(["-i", str(deploy_inventory), *TINY, "-e", "steps=100000",
+                                  "-e", f"run_id={run_id}"], "deploy-ctrl-c")
+    try:
+        interrupted = when_step(run_id, 3, lambda: os.killpg(proc.pid, signal.SIGINT))
+        assert interrupted, "the run never started: " + log.read_text()[-3000:]
+        left = nothing_left(run_id, 10, deploy=True)
+        print(f"every node clean {time.time() - interrupted:.1f}s after Ctrl-C")
+    finally:
+        finish(proc, out, timeout=120)
+    assert left == {}, f"still running 10s after Ctrl-C: {left}"
+    abort = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout)
+    assert abort["host"] == "controller" and "lease" not in abort["reason"], abort
+    owner = on_coord(f"stat -c %U /shared/runs/{run_id}/control/ABORT").stdout.strip()
+    assert owner != "deploy"
+    assert_stopped_by_abort(run_id)
+    assert "dead man's switch failed" not in log.read_text()
+
+
+def kill_controller(pid):
+    """SIGKILL ansible-playbook and its workers (a worker runs in a session of its own): nothing of the watch
+    runs any cleanup."""
+    workers = [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    os.killpg(pid, signal.SIGKILL)
+    for worker in workers:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assert_stopped_by_abort(run_id):
+    """Every agent's heartbeat says it stopped for the ABORT record ("aborted"), not for a stale lease."""
+    for node in NODES:
+        beat = json.loads(on_coord(f"cat /shared/runs/{run_id}/nodes/{node}.json").stdout)
+        assert beat["state"] in ("stopping", "aborted") and beat["reason"] == "aborted", beat
+
+
+def test_a_killed_controller_stops_every_node_through_the_switch_as_the_runs_user(deploy_inventory):
+    """Point 12, the switch alone: ansible-playbook SIGKILLed during the watch (no cleanup runs): the switch's
+    session writes ABORT through the become (as deploy it could not: the run's user owns control/), so every node
+    stops within 10 s, not after the lease's 45 s."""
+    run_id = f"e2e-deploy-kill-{int(time.time())}"
+    proc, out, log = start_train(["-i", str(deploy_inventory), *TINY, "-e", "steps=100000",
+                                  "-e", f"run_id={run_id}"], "deploy-kill")
+    try:
+        killed = when_step(run_id, 3, lambda: kill_controller(proc.pid))
+        assert killed, "the run never started: " + log.read_text()[-3000:]
+        left = nothing_left(run_id, 10, deploy=True)
+        print(f"every node clean {time.time() - killed:.1f}s after SIGKILL")
+    finally:
+        finish(proc, out, timeout=120)
+    assert left == {}, f"still running 10s after the controller was killed: {left}"
+    abort = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout)
+    assert abort["reason"] == "the controller went away (interrupted or killed)", abort
+    assert_stopped_by_abort(run_id)
