@@ -31,7 +31,8 @@ def history():
 
 
 def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
-    coord(f"rm -rf {BENCH_DIR}")
+    # Empty it, but keep the directory site.yml gave the run's account (role shared_dir).
+    coord(f"rm -rf {BENCH_DIR}/* {BENCH_DIR}/.[!.]*")
     run_id = f"e2e-bench-{int(time.time())}"
     t0 = time.time()
     res = run_playbook("benchmark.yml", "-e", f"run_id={run_id}", "-e", "samples=8", "-e", "max_new_tokens=8",

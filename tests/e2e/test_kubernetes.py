@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import KUBECONFIG, K8S, k8s_exists, k8s_local, k8s_read, start_train
+from e2e_nodes import KUBECONFIG, K8S, k8s_exists, k8s_local, k8s_read, on_coord, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,6 +276,8 @@ def test_a_refused_start_deletes_what_it_created(api, nodes):
     assert "Delete what the failed start created" in text, text[-3000:]
     assert not k8s_exists(api, "Service", name, ns) and not k8s_exists(api, "Secret", name + "-secrets", ns)
     assert not pods_of(api, name, ns)
+    # The run is marked aborted, so its checkpoint directory is free for the next run.
+    assert "refused" in on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout
 
 
 def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):

@@ -127,7 +127,7 @@ def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(echo_scrip
     summary = json.loads((collected / "summary.json").read_text())
     assert summary["environment"]["MY_NOTE"] == HOSTILE_ENV and "MY_API_SECRET" not in summary["environment"]
     for node in ("worker1", "worker2"):
-        assert on(node, "ls /opt/multinode-deepspeed/secrets/runs/ 2>/dev/null").stdout.split() == [], node
+        assert on(node, "ls /opt/multinode-deepspeed/secrets/runs/%s.json 2>/dev/null" % run_id).stdout == "", node
     assert on("coord", f"stat -c %a {run_dir}/rank.env {run_dir}/.deepspeed_env").stdout.split() == ["600", "600"]
 
 
