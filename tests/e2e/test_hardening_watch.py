@@ -122,19 +122,26 @@ def deploy_inventory(provisioned, tmp_path):
     return path
 
 
+def stop_at_step_3(inventory, name, stop, what):
+    """A long run through ``inventory``, stopped with ``stop(pid of ansible-playbook)`` at step 3; returns its run id,
+    its log and what of it is still running on the nodes 10 s later."""
+    run_id = f"e2e-{name}-{int(time.time())}"
+    proc, out, log = start_train(["-i", str(inventory), *TINY, "-e", "steps=100000", "-e", f"run_id={run_id}"], name)
+    try:
+        stopped = when_step(run_id, 3, lambda: stop(proc.pid))
+        assert stopped, "the run never started: " + log.read_text()[-3000:]
+        left = nothing_left(run_id, 10, deploy=True)
+        print(f"every node clean {time.time() - stopped:.1f}s after {what}")
+    finally:
+        finish(proc, out, timeout=120)
+    return run_id, log, left
+
+
 def test_ctrl_c_stops_every_node_through_abort_when_ansible_logs_in_as_deploy(deploy_inventory):
     """Point 12: Ctrl-C during the watch: every node stops within 10 s, through the ABORT record (not the lease,
     which takes longer), written as the run's user although Ansible logs in as deploy."""
-    run_id = f"e2e-deploy-ctrlc-{int(time.time())}"
-    proc, out, log = start_train(["-i", str(deploy_inventory), *TINY, "-e", "steps=100000",
-                                  "-e", f"run_id={run_id}"], "deploy-ctrl-c")
-    try:
-        interrupted = when_step(run_id, 3, lambda: os.killpg(proc.pid, signal.SIGINT))
-        assert interrupted, "the run never started: " + log.read_text()[-3000:]
-        left = nothing_left(run_id, 10, deploy=True)
-        print(f"every node clean {time.time() - interrupted:.1f}s after Ctrl-C")
-    finally:
-        finish(proc, out, timeout=120)
+    run_id, log, left = stop_at_step_3(deploy_inventory, "deploy-ctrlc", lambda pid: os.killpg(pid, signal.SIGINT),
+                                       "Ctrl-C")
     assert left == {}, f"still running 10s after Ctrl-C: {left}"
     abort = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout)
     assert abort["host"] == "controller" and "lease" not in abort["reason"], abort
@@ -167,16 +174,7 @@ def test_a_killed_controller_stops_every_node_through_the_switch_as_the_runs_use
     """Point 12, the switch alone: ansible-playbook SIGKILLed during the watch (no cleanup runs): the switch's
     session writes ABORT through the become (as deploy it could not: the run's user owns control/), so every node
     stops within 10 s, not after the lease's 45 s."""
-    run_id = f"e2e-deploy-kill-{int(time.time())}"
-    proc, out, log = start_train(["-i", str(deploy_inventory), *TINY, "-e", "steps=100000",
-                                  "-e", f"run_id={run_id}"], "deploy-kill")
-    try:
-        killed = when_step(run_id, 3, lambda: kill_controller(proc.pid))
-        assert killed, "the run never started: " + log.read_text()[-3000:]
-        left = nothing_left(run_id, 10, deploy=True)
-        print(f"every node clean {time.time() - killed:.1f}s after SIGKILL")
-    finally:
-        finish(proc, out, timeout=120)
+    run_id, log, left = stop_at_step_3(deploy_inventory, "deploy-kill", kill_controller, "SIGKILL")
     assert left == {}, f"still running 10s after the controller was killed: {left}"
     abort = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout)
     assert abort["reason"] == "the controller went away (interrupted or killed)", abort
