@@ -304,10 +304,24 @@ def current_address(name: str) -> str | None:
 
 
 def up(workers: int) -> None:
+    """Start the cluster, reusing what is there.  When a reused cluster is not usable (left by a machine that
+    was stopped mid-run, a copied disk, a podman upgrade), it is removed and made again once from scratch."""
     if workers < 1:
         raise SystemExit("[localcluster] --workers must be at least 1")
     check_network_stack()
     image = ensure_image()
+    reused = bool(running_nodes()) or network_info() is not None
+    try:
+        start_nodes(workers, image)
+    except SystemExit as exc:
+        if not reused:
+            raise
+        log(f"the existing cluster is not usable, making it again: {exc}")
+        down()
+        start_nodes(workers, image)
+
+
+def start_nodes(workers: int, image: str) -> None:
     key = ensure_key()
     pub = (key.with_suffix(".pub")).read_text()
     info = ensure_network()

@@ -56,7 +56,11 @@ def run_playbook_fixture():
 def cluster():
     """Start (or reuse) the local cluster; removed at the end under CI unless MNDS_KEEP_CLUSTER=1."""
     t0 = time.time()
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT, check=True)
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    print(res.stdout)
+    if res.returncode != 0:
+        pytest.fail(f"scripts/localcluster.py up failed (rc={res.returncode}):\n{res.stdout[-4000:]}", pytrace=False)
     print(f"local cluster up in {time.time() - t0:.0f}s")
     yield ROOT / "inventories" / "local" / "hosts.yml"
     if os.environ.get("CI") and not os.environ.get("MNDS_KEEP_CLUSTER"):

@@ -74,6 +74,8 @@ def node(provisioned):
         assert res.returncode == 0, res.stdout + res.stderr
         timings["image import"] = time.time() - t0
         tar.unlink()
+        # containerd has its own copy now: podman's (2.4 GB) would be left dangling by the next commit.
+        podman("rmi", "-f", IMAGE, timeout=120)
         from kubernetes import client, config  # pylint: disable=import-outside-toplevel
         api_client = config.new_client_from_config(str(KUBECONFIG))
         yield {"core": client.CoreV1Api(api_client), "apps": client.AppsV1Api(api_client),
