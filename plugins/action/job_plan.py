@@ -59,6 +59,7 @@ class ActionModule(ActionBase):
                 settings[key] = self._templar.template(task_vars[var])
         settings["hf_token_set"] = "hf_token" in task_vars
         settings["run_nonce"] = secrets.token_hex(2)
+        settings["run_token"] = secrets.token_hex(8)
         settings.update(args.get("settings") or {})
         groups = task_vars.get("groups") or {}
         workers = list(args.get("workers") or groups.get("workers") or [])

@@ -17,8 +17,12 @@ description:
     is reused), the user's script exists, and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
     config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
-    C(<checkpoint_dir>.lock) names a run whose controller renewed its lease in the last minute, and that is not
-    done); writing takes the lock (the watch gives it back when the run ends).
+    C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
+    last minute, or that was handed to the user and whose nodes still beat; a lock that cannot be read is held);
+    writing takes the lock (the watch gives it back when the run ends). The lock is written whole (a temporary file
+    and a rename) under an exclusive C(flock) of C(<lock>.guard), so of two runs only one takes it.
+  - Writing first claims the run directory - C(control/claim), created exclusively with the play's token - so the
+    same C(-e run_id) from two terminals gets one run, and the other play fails naming it.
   - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
     hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), C(rank.env) (the ranks'
     whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
@@ -89,34 +93,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import launcher_env
-
-
-LEASE_ALIVE = 60.0
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
 
 
 def lock_holder(job):
-    """The live run that holds the job's checkpoint directory, or None (no lock, ours, or its run is over: DONE,
-    ABORT, or its controller's lease older than a minute)."""
+    """The live run that holds the job's checkpoint directory, or None (module_utils/run/lock.py)."""
     path = job.get("checkpoint_lock")
-    if not path or not os.path.exists(path):
-        return None
-    try:
-        with open(path) as fh:
-            holder = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if holder.get("run_id") == job["run_id"]:
-        return None
-    control = os.path.join(holder.get("run_dir") or "", "control")
-    try:
-        age = time.time() - os.stat(os.path.join(control, "lease")).st_mtime
-    except OSError:
-        return None
-    if os.path.exists(os.path.join(control, "DONE")) or os.path.exists(os.path.join(control, "ABORT")) \
-            or age > LEASE_ALIVE:
-        return None  # done, being stopped, or nobody watches it any more
-    holder["lease_age"] = age
-    return holder
+    return lock.holder(path, job["run_id"]) if path else None
 
 
 def lock_message(job, holder, where):
@@ -126,20 +109,12 @@ def lock_message(job, holder, where):
 
 
 def take_lock(module, job, where):
-    """Hold the checkpoint directory for this run (a stale holder's lock is replaced)."""
+    """Hold the checkpoint directory for this run (a stale holder's lock is replaced; of two plays that find it
+    stale, one takes it).  A run handed to the user keeps it while its nodes beat."""
     path = job["checkpoint_lock"]
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    data = json.dumps({"run_id": job["run_id"], "run_dir": job["run_dir"], "time": time.time()}) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        holder = lock_holder(job)
-        if holder is not None:
-            module.fail_json(msg=lock_message(job, holder, where))
-        write_file(path, data)
-        return path
-    with os.fdopen(fd, "w") as fh:
-        fh.write(data)
+    holder = lock.take(path, job["run_id"], job["run_dir"], handoff=not (job.get("launch") or {}).get("start", True))
+    if holder is not None:
+        module.fail_json(msg=lock_message(job, holder, where))
     return path
 
 
@@ -197,6 +172,11 @@ def main():
             result["dry_run"] = plan
     if not module.params["write"] or module.check_mode:
         module.exit_json(**result)
+    where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
+    # The exclusive step: the same -e run_id from two terminals gets one run directory.
+    taken = lock.claim(job["run_dir"], job.get("run_token") or job["run_id"], job["run_id"], where)
+    if taken:
+        module.fail_json(msg=taken)
     for sub in ("logs", "control", "nodes"):
         os.makedirs(os.path.join(job["run_dir"], sub), mode=0o755, exist_ok=True)
     # The launch backend's own files (a batch script...), paths under the run directory.
@@ -208,7 +188,6 @@ def main():
         write_file(path, text, 0o755 if text.startswith("#!") else 0o644)
         result["written"].append(path)
     if job.get("checkpoint_lock"):
-        where = job["coordinators"][0] if job.get("coordinators") else "the coordinator"
         result["written"].append(take_lock(module, job, where))
     files = {
         "hostfile": (job["hostfile"], 0o644),

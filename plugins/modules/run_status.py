@@ -129,6 +129,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import rank_progress
 
@@ -218,13 +219,9 @@ def _write_control(p, control):
     return changed
 
 
-def _release_lock(lock, run_dir):
+def _release_lock(path, run_dir):
     """The run's checkpoint lock, given back when it holds this run's id; returns whether it was."""
-    holder = _load(lock) or {}
-    if holder.get("run_id") == os.path.basename(run_dir.rstrip("/")):
-        os.remove(lock)
-        return True
-    return False
+    return lock.release(path, os.path.basename(run_dir.rstrip("/")))
 
 
 def _read_nodes(run_dir):

@@ -467,6 +467,8 @@ def plan(settings, workers, coordinators, now):
     if problems:
         raise JobError("; ".join(problems))
     job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
+    # This play's own token: the run directory is claimed with it (run_prepare), so two plays never share one.
+    job["run_token"] = settings.get("run_token") or None
     job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,
                 "entrypoint": entrypoint, "args": args})
     job["model_path"] = settings.get("model_path") or None

@@ -1,0 +1,166 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One run at a time on a checkpoint directory: ``<checkpoint_dir>.lock``, and the run directory's claim.
+
+The lock names the run that holds it (run id, run directory, time, whether the run was handed to the user).  It is
+written whole - a temporary file, then a rename - so a reader never sees it empty; a lock that cannot be read is
+taken as held (being written, or damaged) until it is older than ``LEASE_ALIVE``.  Taking, taking over and giving
+back happen under an exclusive ``flock`` of ``<lock>.guard``, so of two runs that find the same stale lock exactly
+one takes it.  A run holds the lock from when it took it until it writes its lease, then while its controller renews the lease
+(``control/lease``) and it is neither done nor aborted; a run handed to the user (no controller) while it is neither done nor aborted and its nodes'
+heartbeats are fresh, or none has beaten yet.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import contextlib
+import errno
+import fcntl
+import glob
+import json
+import os
+import time
+
+LEASE_ALIVE = 60.0
+
+
+@contextlib.contextmanager
+def guarded(path):
+    """An exclusive ``flock`` of ``<path>.guard`` for the block (NFSv4 and local filesystems honour it)."""
+    fd = os.open(path + ".guard", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def write_whole(path, text, mode=0o644):
+    """``text`` into ``path`` through a temporary file of this process and a rename (readers see all or nothing)."""
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.rename(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read(path):
+    """``(state, record, age)``: ``("free", None, None)`` without a lock, ``("unreadable", None, age)`` for one that
+    is empty or not a JSON object, else ``("held", record, age)``."""
+    try:
+        with open(path) as fh:
+            text = fh.read()
+        age = time.time() - os.stat(path).st_mtime
+    except (IOError, OSError) as exc:
+        if exc.errno == errno.ENOENT:
+            return "free", None, None
+        return "unreadable", None, 0.0
+    try:
+        record = json.loads(text)
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or not record.get("run_id"):
+        return "unreadable", None, age
+    return "held", record, age
+
+
+def _age(path, now):
+    try:
+        return now - os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def run_alive(record, now, lease_alive=LEASE_ALIVE):
+    """Whether the run a lock names still runs: not done or aborted, and its controller's lease fresh - or, handed to
+    the user, its nodes' heartbeats fresh or not begun."""
+    run_dir = record.get("run_dir") or ""
+    control = os.path.join(run_dir, "control")
+    if os.path.exists(os.path.join(control, "DONE")) or os.path.exists(os.path.join(control, "ABORT")):
+        return False
+    lease = _age(os.path.join(control, "lease"), now)
+    if lease is None and now - float(record.get("time") or 0) <= lease_alive:
+        return True  # just taken: the run writes its lease next
+    if lease is not None and lease <= lease_alive:
+        return True
+    if not record.get("handoff"):
+        return False
+    beats = [a for a in (_age(p, now) for p in glob.glob(os.path.join(run_dir, "nodes", "*.json"))) if a is not None]
+    return not beats or min(beats) <= lease_alive
+
+
+def holder(path, run_id, now=None, lease_alive=LEASE_ALIVE):
+    """The live run, other than ``run_id``, that holds the lock at ``path`` (a dict with ``run_id`` and
+    ``lease_age``), or None."""
+    now = time.time() if now is None else now
+    state, record, age = read(path)
+    if state == "free":
+        return None
+    if state == "unreadable":
+        return {"run_id": "(an unreadable lock, %.0fs old)" % age, "lease_age": age} if age <= lease_alive else None
+    if record["run_id"] == run_id or not run_alive(record, now, lease_alive):
+        return None
+    out = dict(record)
+    out["lease_age"] = _age(os.path.join(record.get("run_dir") or "", "control", "lease"), now) or 0.0
+    return out
+
+
+def take(path, run_id, run_dir, handoff=False):
+    """Take the lock for ``run_id`` (replacing a stale one); returns the live holder that keeps it, or None."""
+    parent = os.path.dirname(path)
+    if parent and not os.path.isdir(parent):
+        os.makedirs(parent)
+    with guarded(path):
+        live = holder(path, run_id)
+        if live is not None:
+            return live
+        record = {"run_id": run_id, "run_dir": run_dir, "time": time.time(), "handoff": bool(handoff)}
+        write_whole(path, json.dumps(record) + "\n")
+    return None
+
+
+def release(path, run_id):
+    """Give the lock back when ``run_id`` holds it; returns whether it did."""
+    if not os.path.exists(path):
+        return False
+    with guarded(path):
+        state, record, _age_ = read(path)
+        if state != "held" or record["run_id"] != run_id:
+            return False
+        os.unlink(path)
+    return True
+
+
+def claim(run_dir, token, run_id, where):
+    """Make the run directory this play's: ``control/claim`` created exclusively with the play's ``token`` (the
+    directory one earlier failed preflight left is reused).  Returns None, or the message why another play has it."""
+    control = os.path.join(run_dir, "control")
+    if not os.path.isdir(control):
+        os.makedirs(control)
+    path = os.path.join(control, "claim")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise
+        try:
+            with open(path) as fh:
+                if fh.read().strip() == token:
+                    return None
+        except (IOError, OSError):
+            pass
+        return ("run_id=%s is being started by another play (%s on %s holds it). Fix: pick another -e run_id, or "
+                "leave it out for a new one." % (run_id, run_dir, where))
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    return None
