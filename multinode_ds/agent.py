@@ -53,9 +53,11 @@ def read_env_file(path: Path) -> dict:
     return env
 
 
-def run_pids(run_id: str, exclude=()) -> list[int]:
-    """PIDs of processes whose environment carries this run's marker."""
+def run_pids(run_id: str, exclude=(), uid=None) -> list[int]:
+    """PIDs of this account's processes whose environment carries this run's marker: a process of another account
+    that carries it (a forged marker) is not the run's, and is never signalled."""
     needle = f"{MARKER}={run_id}".encode()
+    uid = os.getuid() if uid is None else uid
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -64,6 +66,8 @@ def run_pids(run_id: str, exclude=()) -> list[int]:
         if pid in exclude:
             continue
         try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
             with open(f"/proc/{pid}/environ", "rb") as fh:
                 if needle in fh.read().split(b"\0"):
                     pids.append(pid)

@@ -7,9 +7,9 @@ The lock names the run that holds it (run id, run directory, time, whether the r
 written whole - a temporary file, then a rename - so a reader never sees it empty; a lock that cannot be read is
 taken as held (being written, or damaged) until it is older than ``LEASE_ALIVE``.  Taking, taking over and giving
 back happen under an exclusive ``flock`` of ``<lock>.guard``, so of two runs that find the same stale lock exactly
-one takes it.  A run holds the lock from when it took it until it writes its lease, then while its controller renews the lease
-(``control/lease``) and it is neither done nor aborted; a run handed to the user (no controller) while it is neither done nor aborted and its nodes'
-heartbeats are fresh, or none has beaten yet.
+one takes it.  A run holds the lock from when it took it until it writes its lease, then while its
+controller renews the lease (``control/lease``) and it is neither done nor aborted; a run handed to the user (no
+controller) while it is neither done nor aborted and its nodes' heartbeats are fresh, or none has beaten yet.
 """
 
 from __future__ import absolute_import, division, print_function
