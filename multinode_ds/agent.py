@@ -27,6 +27,7 @@ run's node-local secrets file (``MULTINODE_DS_SECRET_ENV``), if there is one.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -38,6 +39,9 @@ import time
 from pathlib import Path
 
 MARKER = "MULTINODE_DS_RUN_ID"
+# File errors a shared disk gives (full, gone stale, failing): retried, then the node's ranks are stopped.
+IO_ERRORS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.ESTALE: "stale file handle",
+             errno.EIO: "I/O error", errno.EROFS: "read-only file system"}
 SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
 EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
 
@@ -131,6 +135,36 @@ def kill_all(run_id: str, own: set, pgid: int | None, grace: float = 3.0, launch
         time.sleep(0.2)
 
 
+class GiveUp(Exception):
+    """The agent cannot go on (its files keep failing, or it was told to stop): the message says why."""
+
+
+class FileTrouble:
+    """File errors in a row: tolerated for ``patience`` seconds (a full disk freed, an NFS server back), then the
+    agent gives up."""
+
+    def __init__(self, host, patience):
+        self.host, self.patience = host, patience
+        self.since, self.last = None, None
+
+    def ok(self):
+        self.since, self.last = None, None
+
+    def failed(self, exc, now=None):
+        """Record ``exc``; raises GiveUp once errors have lasted longer than the patience."""
+        now = time.time() if now is None else now
+        if self.since is None:
+            self.since = now
+        self.last = exc
+        if now - self.since > self.patience:
+            raise GiveUp(self.reason())
+
+    def reason(self):
+        exc = self.last
+        what = IO_ERRORS.get(getattr(exc, "errno", None), "file error")
+        return f"{what} on {self.host}: {exc} (for {self.patience:.0f}s)"
+
+
 class Agent:
     def __init__(self, args):
         self.run_dir = Path(args.run_dir)
@@ -143,6 +177,8 @@ class Agent:
         self.max_time = args.max_time
         self.sweep_after = args.sweep_after
         self.stop_signal = args.stop_signal
+        self.trouble = FileTrouble(args.host or socket.gethostname(), args.io_patience)
+        self.terminated = None
         self.control = self.run_dir / "control"
         self.nodes = self.run_dir / "nodes"
         self.log_path = self.run_dir / "nodes" / f"{self.host}.launcher.log"
@@ -162,19 +198,39 @@ class Agent:
     def beat(self, **updates):
         self.state.update(updates)
         self.state["time"] = time.time()
-        write_json(self.status_path, self.state)
+        try:
+            write_json(self.status_path, self.state)
+            self.trouble.ok()
+        except OSError as exc:
+            self.trouble.failed(exc)
+
+    def exists(self, name) -> bool:
+        """Whether ``control/<name>`` exists; a file error counts toward giving up and answers False."""
+        try:
+            os.stat(self.control / name)
+            return True
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self.trouble.failed(exc)
+            return False
 
     def abort(self, reason: str, **extra) -> None:
         """Ask every node to stop the run (first writer wins)."""
         path = self.control / "ABORT"
-        if not path.exists():
-            data = {"reason": reason, "host": self.host, "time": time.time(), **extra}
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return
+        data = {"reason": reason, "host": self.host, "time": time.time(), **extra}
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            print(f"multinode_ds.agent: cannot write {path}: {exc}", file=sys.stderr, flush=True)
+            return
+        try:
             with os.fdopen(fd, "w") as fh:
                 json.dump(data, fh, sort_keys=True)
+        except OSError as exc:  # the record exists (empty): every node still stops
+            print(f"multinode_ds.agent: {path} is empty: {exc}", file=sys.stderr, flush=True)
 
     def lease_stale(self) -> bool:
         if time.time() - self.started < self.grace:
@@ -183,16 +239,23 @@ class Agent:
             age = time.time() - (self.control / "lease").stat().st_mtime
         except FileNotFoundError:
             return True
+        except OSError as exc:  # not the controller's silence: the disk's
+            self.trouble.failed(exc)
+            return False
         return age > self.lease_timeout
 
     def scan_log(self):
         """The first 'exits with return code = N' (N != 0) line of this node's launcher."""
-        if not self.log_path.exists():
+        try:
+            with open(self.log_path, errors="replace") as fh:
+                fh.seek(self.log_pos)
+                chunk = fh.read()
+                self.log_pos = fh.tell()
+        except FileNotFoundError:
             return None
-        with open(self.log_path, errors="replace") as fh:
-            fh.seek(self.log_pos)
-            chunk = fh.read()
-            self.log_pos = fh.tell()
+        except OSError as exc:
+            self.trouble.failed(exc)
+            return None
         for line in chunk.splitlines():
             m = EXIT_LINE.search(line)
             if m and int(m.group(1)) != 0:
@@ -211,10 +274,28 @@ class Agent:
 
     # -- main loop -----------------------------------------------------
     def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_term)
         try:
             return self.follow()
+        except GiveUp as exc:
+            return self.give_up(str(exc))
         finally:
             self.forget_secrets()
+
+    def on_term(self, signum, frame):
+        self.terminated = f"the agent on {self.host} was stopped (signal {signum})"
+
+    def give_up(self, reason) -> int:
+        """Stop this node's ranks and say why (the shared disk may not take the record: stderr says it too)."""
+        print(f"multinode_ds.agent: {reason}; stopping this node's ranks", file=sys.stderr, flush=True)
+        self.abort(reason)
+        kill_all(self.run_id, self.own, self.child.pid if self.child else None,
+                 launcher_signal=signal.Signals["SIG" + self.stop_signal])
+        try:
+            self.beat(state="aborted", reason=reason, pids=run_pids(self.run_id, exclude=self.own))
+        except GiveUp:
+            pass
+        return 1
 
     def forget_secrets(self):
         """The run's secrets on this node (written by the play, read by each rank when it starts) go with the run."""
@@ -229,7 +310,7 @@ class Agent:
         self.nodes.mkdir(parents=True, exist_ok=True)
         self.control.mkdir(parents=True, exist_ok=True)
         self.beat()
-        if (self.control / "ABORT").exists():
+        if self.exists("ABORT"):
             self.beat(state="aborted", reason="the run was aborted before this node started")
             return 1
         if self.cmd:
@@ -274,7 +355,10 @@ class Agent:
         """Why the run ends on this node now (None: it goes on): an ABORT record, a stale lease or the run's timeout
         (both abort the run everywhere), or "finished" (the launcher exited, or the controller wrote DONE for a
         watcher, and none of the run's processes is left)."""
-        if (self.control / "ABORT").exists():
+        if self.terminated:
+            self.abort(self.terminated)
+            return self.terminated
+        if self.exists("ABORT"):
             return "aborted"
         if self.lease_stale():
             reason = "the controller stopped watching (lease expired)"
@@ -286,7 +370,7 @@ class Agent:
             return reason
         if self.child is not None and rc is not None and not pids:
             return "finished"
-        if self.child is None and (self.control / "DONE").exists() and not pids:
+        if self.child is None and self.exists("DONE") and not pids:
             return "finished"
         return None
 
@@ -330,6 +414,9 @@ def parse_args(argv=None):
     p.add_argument("--stop-signal", default="TERM", choices=["TERM", "INT", "KILL"],
                    help="the first signal to the launcher's process group when the run stops (KILL for "
                         "DeepSpeed's pdsh launcher, whose SIGTERM handler pkills every run's launchers)")
+    p.add_argument("--io-patience", type=float, default=30.0,
+                   help="seconds the run's files may keep failing (disk full, stale NFS handle, I/O error) before "
+                        "the agent stops this node's ranks and exits")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the node's launcher command")
     args = p.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":
