@@ -41,6 +41,10 @@ PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", "mnds")
 NETWORK = f"{PREFIX}-net"
 VOLUME = f"{PREFIX}-shared"
 SHARED_MOUNT = "/shared"
+# A directory of this machine that every node sees at HOST_MOUNT, with mounts made under it later propagated to
+# the nodes: the tests put small file systems there (a shared disk that fills up).
+MOUNTS = CACHE / "mounts"
+HOST_MOUNT = "/mnt/host"
 SUITE = "bookworm"
 # What every node image carries.  python3-venv for the stack's venv, pdsh for
 # DeepSpeed's launcher, rsync for ansible.posix.synchronize, g++ and the
@@ -202,6 +206,41 @@ wait
 """
 
 
+def mounted(path: Path) -> list[str]:
+    """The mount points at or under ``path`` on this machine, deepest first."""
+    points = []
+    path = path.resolve()
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = line.split()[4].replace("\\040", " ")
+            if point == str(path) or point.startswith(str(path) + "/"):
+                points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def ensure_mounts() -> None:
+    """MOUNTS as a shared mount of its own, so that what is mounted under it later reaches the nodes."""
+    MOUNTS.mkdir(parents=True, exist_ok=True)
+    where = str(MOUNTS.resolve())
+    if where not in mounted(MOUNTS):
+        for cmd in (["mount", "--bind", where, where], ["mount", "--make-rshared", where]):
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise SystemExit(f"[localcluster] {' '.join(cmd)} failed: {res.stderr.strip()}. The nodes' "
+                                 f"{HOST_MOUNT} needs it. Fix: run as root (podman rootful, as scripts/setup sets up).")
+
+
+def release_mounts() -> None:
+    """Unmount what the tests left under MOUNTS, then MOUNTS itself."""
+    for point in mounted(MOUNTS):
+        subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+
+def has_host_mount(name: str) -> bool:
+    res = podman("inspect", "-f", "{{range .Mounts}}{{.Destination}} {{end}}", name, check=False)
+    return res.returncode == 0 and HOST_MOUNT in res.stdout.decode().split()
+
+
 def ensure_key() -> Path:
     CLUSTER.mkdir(mode=0o700, exist_ok=True)
     key = CLUSTER / "id_ed25519"
@@ -327,6 +366,7 @@ def start_nodes(workers: int, image: str) -> None:
     info = ensure_network()
     if podman("volume", "exists", VOLUME, check=False).returncode != 0:
         podman("volume", "create", "--label", f"io.multinode.cluster={PREFIX}", VOLUME)
+    ensure_mounts()
     wanted = node_names(workers)
     addresses = node_addresses(info, wanted)
     existing = set(running_nodes())
@@ -336,7 +376,7 @@ def start_nodes(workers: int, image: str) -> None:
     for node, dummy in wanted:
         name = container(node)
         if name in existing:
-            if container_address_label(name) == addresses[node]:
+            if container_address_label(name) == addresses[node] and has_host_mount(name):
                 state = podman("inspect", "-f", "{{.State.Running}}", name).stdout.decode().strip()
                 if state != "true":
                     podman("start", name)
@@ -345,12 +385,12 @@ def start_nodes(workers: int, image: str) -> None:
                     # Cut off the network (or put back by hand without --ip): back at its own address.
                     connect(node, quiet=True)
                 continue
-            log(f"making {name} again: it has no fixed address (made by an older harness)")
+            log(f"making {name} again: it has no fixed address or no {HOST_MOUNT} (made by an older harness)")
             podman("rm", "-f", "-t", "2", name)
         podman("run", "-d", "--name", name, "--hostname", node, "--network", NETWORK, "--ip", addresses[node],
                "--mac-address", mac_address(addresses[node]), "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
                "--label", f"io.multinode.address={addresses[node]}",
-               "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "--shm-size", "1g",
+               "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "-v", f"{MOUNTS}:{HOST_MOUNT}:rslave", "--shm-size", "1g",
                image, START_SCRIPT_PATH)
         log(f"started {name} at {addresses[node]}")
     hosts = {}
@@ -522,6 +562,7 @@ def down() -> None:
     for name in running_nodes():
         podman("rm", "-f", "-t", "2", name)
         log(f"removed {name}")
+    release_mounts()
     if podman("network", "exists", NETWORK, check=False).returncode == 0:
         podman("network", "rm", "-f", NETWORK)
         log(f"removed network {NETWORK}")

@@ -21,9 +21,10 @@ from ansible.utils.display import Display
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_pods, abort_for_queue, abort_for_stall,
-    abort_for_timeout, decide, give_up_reason, ignore_signals, interruption_reason, progress_line, queue_state,
-    restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals, unreachable, watch_options)
+    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk, abort_for_pods, abort_for_queue,
+    abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason, ignore_signals, interruption_reason,
+    progress_line, queue_state, restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals,
+    unreachable, watch_options)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -197,7 +198,7 @@ class ActionModule(ActionBase):
                       lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
                       ranks=status.get("ranks", {}), done_ranks=status.get("done_ranks", []),
                       elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None,
-                      unreachable=loop.gave_up)
+                      unreachable=loop.gave_up, cause=loop.cause)
         if loop.warnings:
             result["warnings"] = list(result.get("warnings") or []) + loop.warnings
         return result
@@ -227,6 +228,8 @@ class ActionModule(ActionBase):
                     display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
                 kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else []) \
                     if action[0] == "abort" else dict(done=True)
+                if len(action) > 3:
+                    kw["cause"] = action[3]
                 status = self._poll(task_vars, opts, loop, **kw)
                 if status is None:
                     loop.verdict, loop.gave_up = FAILED, True
@@ -256,6 +259,13 @@ class ActionModule(ActionBase):
                                          heartbeat_timeout=opts["heartbeat_timeout"],
                                          start_timeout=opts["start_timeout"],
                                          started_at=started_at, world_size=opts["world_size"])
+        # A full disk comes before what it causes (heartbeats that cannot be written, a rank that cannot log).
+        loop.cause = loop.cause or disk_full(loop.status.get("disk"), loop.host)
+        if loop.cause:
+            if not loop.status.get("abort"):
+                verdict, reason, action = abort_for_disk(loop.cause)
+            elif verdict == FAILED:
+                reason = loop.cause
         if follower is not None and verdict == RUNNING and not action:
             problems = follower.poll()
             if loop.pods_up is None and follower.running():
@@ -372,6 +382,7 @@ class _Loop(object):
         self.last_line = None
         self.stop_started = None
         self.reason = None
+        self.cause = None
         self.verdict = RUNNING
         self.status = {}
         self.switch = None

@@ -114,6 +114,8 @@ def take_lock(module, job, where):
     path = job["checkpoint_lock"]
     holder = lock.take(path, job["run_id"], job["run_dir"], handoff=not (job.get("launch") or {}).get("start", True))
     if holder is not None:
+        # This play does not start the run: its claim goes, so that the same run id can be tried again later.
+        lock.unclaim(job["run_dir"], job.get("run_token") or job["run_id"])
         module.fail_json(msg=lock_message(job, holder, where))
     return path
 

@@ -54,9 +54,16 @@ options:
     description: Write C(control/DONE), telling the watching agents that the run ended well.
     type: bool
     default: false
+  cause:
+    description:
+      - With O(abort), what brought the run down when it is not a rank or a node (a full disk); the abort record
+        keeps it as C(cause) and the summary names it first.
+    type: str
 notes:
   - Creates C(control/) when it is missing. Reports C(changed) only when it wrote C(control/ABORT) or
     C(control/DONE), or gave back O(release); renewing the lease is not a change.
+  - A full disk does not fail the call - the lease is renewed by its time stamp, and C(ABORT) or C(DONE) stays
+    even when only its name could be written (an empty C(ABORT) is read as an abort).
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
@@ -115,6 +122,12 @@ queue:
       C(reason), C(job_id), C(since) and C(fix)) and V(started) once it runs (C(started), the node's time).
   returned: always
   type: dict
+disk:
+  description:
+    - The run directory's file system as the calling account sees it - C(path), C(free) (bytes it may still
+      write) and C(total) - or null when it cannot be read. The watch stops a run whose disk is full.
+  returned: always
+  type: dict
 now:
   description: The node's clock when it read the files; the watch compares the heartbeats' times with it.
   returned: always
@@ -163,6 +176,7 @@ def main():
             release=dict(type="path"),
             lost=dict(type="list", elements="str", default=[]),
             probe_port=dict(type="int", default=22),
+            cause=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -177,9 +191,10 @@ def main():
     nodes = _read_nodes(run_dir)
     ranks, done = _read_ranks(run_dir)
     reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
-    module.exit_json(changed=changed, nodes=nodes, abort=_object(_load(os.path.join(control, "ABORT"))),
+    module.exit_json(changed=changed, nodes=nodes, abort=_abort_record(control),
                      ranks=ranks, done_ranks=sorted(done), now=time.time(), logs_mtime=_logs_mtime(run_dir),
-                     reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))))
+                     reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))),
+                     disk=_disk(run_dir))
 
 
 def _object(value):
@@ -200,23 +215,61 @@ def _logs_mtime(run_dir):
 
 def _write_control(p, control):
     """The controller's records in the run's control directory: its lease, the ABORT record (unless there is one)
-    and DONE; returns whether it wrote ABORT or DONE."""
+    and DONE; returns whether it wrote ABORT or DONE.  A full or failing disk does not fail the call: the lease is
+    renewed by its time stamp alone, and a record whose content cannot be written still exists (empty), which is
+    what the agents look for."""
     changed = False
     if not os.path.isdir(control):
         os.makedirs(control)
     if p["touch_lease"]:
-        with open(os.path.join(control, "lease"), "w") as fh:
-            fh.write("%f\n" % time.time())
+        lease = os.path.join(control, "lease")
+        if os.path.exists(lease):
+            os.utime(lease, None)
+        else:
+            _put(lease, "%f\n" % time.time())
     abort_path = os.path.join(control, "ABORT")
     if p["abort"] and not os.path.exists(abort_path):
-        with open(abort_path, "w") as fh:
-            json.dump({"reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"]}, fh)
+        _put(abort_path, json.dumps({"reason": p["abort"], "host": "controller", "time": time.time(),
+                                     "lost": p["lost"], "cause": p["cause"]}))
         changed = True
     if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
-        with open(os.path.join(control, "DONE"), "w") as fh:
-            fh.write("%f\n" % time.time())
+        _put(os.path.join(control, "DONE"), "%f\n" % time.time())
         changed = True
     return changed
+
+
+def _put(path, text):
+    """Write ``path``; when the disk takes the name but not the content (full), the empty file stays."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _abort_record(control):
+    """The abort record; one that exists but cannot be read (written on a full disk, torn) still aborts the run."""
+    path = os.path.join(control, "ABORT")
+    record = _load(path)
+    if isinstance(record, dict):
+        return record
+    if os.path.exists(path):
+        return {"reason": "an abort record that cannot be read (%s is empty or torn: is the disk full?)" % path}
+    return None
+
+
+def _disk(run_dir):
+    """Free and total bytes of the run directory's file system (for the account that runs this), or None."""
+    try:
+        st = os.statvfs(run_dir)
+    except OSError:
+        return None
+    return {"path": run_dir, "free": st.f_bavail * st.f_frsize, "total": st.f_blocks * st.f_frsize}
 
 
 def _release_lock(path, run_dir):

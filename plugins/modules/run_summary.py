@@ -59,6 +59,12 @@ options:
     type: list
     elements: str
     default: []
+  cause:
+    description:
+      - What the watch found brought the run down beside its ranks and nodes (its C(cause), a full disk); named
+        first, and the rank that failed first is recorded as a consequence of it. The abort record's C(cause) is
+        used when this is not set.
+    type: str
   addresses:
     description: Node -> address; the addresses in a failed rank's last lines (gloo and NCCL name peers by address)
       get the node's name beside them.
@@ -82,8 +88,9 @@ notes:
     log contains DeepSpeed's C(Unable to find hostfile) (it fell back to the local node); the launchers' exit code is
     unknown (it never finished) or not 0; a rank ran on O(coordinator); a rank exited non-zero; or the run was
     aborted.
-  - The cause comes first in C(problems) - a lost node (O(lost), or the abort record's), else the rank that failed
-    first (for example V(rank 1 on worker2 exited with -9 (SIGKILL\))), else who aborted the run. A rank elsewhere
+  - The cause comes first in C(problems) - O(cause) (a full disk), then a lost node (O(lost), or the abort
+    record's), else the rank that failed first (for example V(rank 1 on worker2 exited with -9 (SIGKILL\))), else
+    who aborted the run. A rank elsewhere
     that failed after a node was lost is recorded as a consequence of it.
   - The first failure is the first line C(... exits with return code = N) (N not 0) in the launcher logs, the log of
     the node that wrote the abort record being read first. The line gives the host (pdsh prefixes it) and the local
@@ -330,6 +337,7 @@ def main():
             started=dict(type="float"),
             addresses=dict(type="dict", default={}),
             lost=dict(type="list", elements="str", default=[]),
+            cause=dict(type="str"),
         ),
         supports_check_mode=True,
     )
@@ -394,7 +402,7 @@ def _summarize(p, run):
     if failure is not None and failure.get("rank") is not None and failure["rank"] in rank_logs:
         failure["log"] = os.path.relpath(rank_logs[failure["rank"]], run_dir)
         failure["last_lines"] = name_peers(_tail(_read(rank_logs[failure["rank"]])), p["addresses"])
-    blame(summary, failure, abort, lost)
+    blame(summary, failure, abort, lost, p["cause"])
     summary["lost"] = lost
     texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in run["launcher_logs"].items())
     texts.update(("logs/" + os.path.basename(path), _read(path)) for path in rank_logs.values())

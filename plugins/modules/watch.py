@@ -19,8 +19,8 @@ description:
     O(progress_interval) seconds, and renews the controller's lease. C(train.yml) runs it right after starting the
     agents.
   - When a rank exits non-zero, a node's heartbeat stops for O(heartbeat_timeout) seconds, no rank makes
-    progress for O(stall_timeout) seconds, the run outlives O(timeout), or the controller is interrupted
-    (Ctrl-C), it writes the abort record that makes
+    progress for O(stall_timeout) seconds, the run outlives O(timeout), the run directory's disk is full (less
+    than 1 MiB free), or the controller is interrupted (Ctrl-C), it writes the abort record that makes
     every node's agent kill the run's processes, and waits until every node reports it stopped.
   - The task never fails by itself; it returns C(status) (C(success) or C(failed)) and the reason, so that
     the play can collect the run's logs before it fails.
@@ -183,6 +183,13 @@ done_ranks:
   returned: always
   type: list
   elements: int
+cause:
+  description:
+    - What brought the run down when it was neither a rank nor a node - the run directory's disk full (less than 1
+      MiB free on the coordinator's view of it; the watch then stops the run on every node at once) - as a sentence
+      that starts with C(disk full on) and the coordinator's name, or null. The summary names it first.
+  returned: always
+  type: str
 unreachable:
   description: True when the watch gave up because the coordinator could not be reached or read for O(status_retry)
     seconds (C(reason) says so); the run may then still be going there until its lease stops it.

@@ -145,8 +145,11 @@ def claim(run_dir, token, run_id, where):
     """Make the run directory this play's: ``control/claim`` created exclusively with the play's ``token`` (the
     directory one earlier failed preflight left is reused).  Returns None, or the message why another play has it."""
     control = os.path.join(run_dir, "control")
-    if not os.path.isdir(control):
+    try:
         os.makedirs(control)
+    except OSError as exc:  # another play made it first
+        if exc.errno != errno.EEXIST:
+            raise
     path = os.path.join(control, "claim")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -159,8 +162,21 @@ def claim(run_dir, token, run_id, where):
                     return None
         except (IOError, OSError):
             pass
-        return ("run_id=%s is being started by another play (%s on %s holds it). Fix: pick another -e run_id, or "
-                "leave it out for a new one." % (run_id, run_dir, where))
+        return ("run_id=%s is being started by another play (it claimed %s on %s first). Fix: pick another "
+                "-e run_id, or leave it out for a new one." % (run_id, run_dir, where))
     with os.fdopen(fd, "w") as fh:
         fh.write(token + "\n")
     return None
+
+
+def unclaim(run_dir, token):
+    """Give the run directory back (``control/claim``) when this play's ``token`` holds it; returns whether it did."""
+    path = os.path.join(run_dir, "control", "claim")
+    try:
+        with open(path) as fh:
+            if fh.read().strip() != token:
+                return False
+        os.unlink(path)
+    except (IOError, OSError):
+        return False
+    return True

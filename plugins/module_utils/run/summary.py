@@ -182,11 +182,21 @@ def lost_nodes(abort, reported=()):
     return sorted(set((abort or {}).get("lost") or []) | set(reported))
 
 
-def blame(summary, failure, abort, lost):
-    """Put the cause first in ``summary``'s problems, and fail the run when there is one: a lost node, then the
-    rank that failed first (``failure``, from diagnose.first_failure), else who aborted the run.  A rank on
-    another node that failed after a node was lost failed because its peer went away: ``failure`` records it
-    as a consequence."""
+def blame(summary, failure, abort, lost, cause=None):
+    """Put the cause first in ``summary``'s problems, and fail the run when there is one: what the watch found
+    beside the ranks and nodes (``cause``, a full disk), then a lost node, then the rank that failed first
+    (``failure``, from diagnose.first_failure), else who aborted the run.  A rank on another node that failed
+    after a node was lost failed because its peer went away: ``failure`` records it as a consequence."""
+    cause = cause or (abort or {}).get("cause")
+    _blame_ranks(summary, failure, abort, lost, quiet_abort=bool(cause))
+    if cause:
+        summary["status"] = "failed"
+        summary["problems"].insert(0, cause)
+        if failure is not None:
+            failure["consequence_of"] = cause
+
+
+def _blame_ranks(summary, failure, abort, lost, quiet_abort=False):
     if failure is not None:
         rank = failure.get("rank")
         summary["status"] = "failed"
@@ -203,7 +213,7 @@ def blame(summary, failure, abort, lost):
         summary["status"] = "failed"
         if lost:
             summary["problems"].insert(0, "%s was lost: %s" % (", ".join(lost), abort.get("reason")))
-        elif failure is None:
+        elif failure is None and not quiet_abort:
             summary["problems"].insert(0, "the run was aborted by %s: %s" % (abort.get("host"), abort.get("reason")))
 
 

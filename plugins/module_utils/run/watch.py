@@ -184,6 +184,34 @@ def abort_for_queue(queue, now, queue_timeout):
     return STOPPING, reason, ("abort", reason)
 
 
+# Less than this free on the run directory's file system is a full disk: the next checkpoint or log write fails.
+DISK_FULL_BYTES = 1 << 20
+
+
+def size(n):
+    """``n`` bytes in the largest unit that keeps it at or above 1."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1024.0
+    return None
+
+
+def disk_full(disk, host, floor=DISK_FULL_BYTES):
+    """The cause, as a sentence, when run_status's ``disk`` (the run directory's file system) is full - less than
+    ``floor`` bytes free - else None."""
+    if not isinstance(disk, dict) or disk.get("free") is None or disk["free"] >= floor:
+        return None
+    return "disk full on %s: %s has %s free of %s. Fix: free space there, or set shared_dir_path to a file system " \
+           "with room for the run's checkpoints and logs" % (host, disk.get("path"), size(disk["free"]),
+                                                            size(disk.get("total") or 0))
+
+
+def abort_for_disk(cause):
+    """The verdict when the run's disk is full (``cause``: from disk_full): stop the run everywhere, naming it."""
+    return STOPPING, cause, ("abort", cause, [], cause)
+
+
 def abort_for_pods(problems):
     """The verdict when the backend's follower found ``problems`` (``[(host, message, lost)]``): stop the run, the
     hosts of the lost ones named as lost."""

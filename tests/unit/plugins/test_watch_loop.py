@@ -97,3 +97,25 @@ def test_an_interrupted_watch_stops_the_run_and_gives_the_lock_back(shown):
                                            {"release": "/shared/locks/ckpt"}]
     assert shown[-1] == "[coord] stopped the run on every node: interrupted on the controller"
     assert signal.getsignal(signal.SIGINT) == before
+
+
+class FullDisk(Run):
+    """run_status on a run whose disk fills after the first poll; the heartbeats then stop (they cannot be
+    written), and a rank fails (it could not log)."""
+
+    def __call__(self, task_vars, **kw):
+        res = super(FullDisk, self).__call__(task_vars, **kw)
+        res["disk"] = {"path": "/shared/runs/r1", "free": 0 if self.n > 1 else 10 << 20, "total": 48 << 20}
+        return res
+
+
+def test_a_full_disk_stops_the_run_and_is_named_before_what_it_caused(shown):
+    failed = {"state": "finished", "role": "launcher", "exit_code": 1, "age": 25}
+    run = FullDisk([poll(), poll(coord=failed, w1={"age": 25}, w2={"age": 25})])
+    result = plugin(run).run(task_vars={"inventory_hostname": "coord"})
+    cause = "disk full on coord: /shared/runs/r1 has 0 B free of 48.0 MiB"
+    assert result["status"] == "failed" and result["reason"].startswith(cause)
+    assert result["cause"].startswith(cause)
+    aborts = [c for c in run.calls if c.get("abort")]
+    assert aborts == [{"abort": result["cause"], "lost": [], "cause": result["cause"]}]
+    assert any(line.startswith("[coord] stopping the run on every node: " + cause) for line in shown)

@@ -170,3 +170,16 @@ def test_a_lock_whose_run_ended_or_went_silent_is_taken_over(tmp_path, run_modul
     # An aborted run (Ctrl-C) no longer holds it either, even while its lease is fresh.
     open(os.path.join(tmp_path / "shared" / "runs" / "run-c", "control", "ABORT"), "w").close()
     assert run_module(run_prepare, {"job": lock_job(tmp_path, "run-d")})["changed"] is True
+
+
+def test_a_play_that_loses_the_lock_gives_its_claim_back(tmp_path, run_module):
+    """Two plays that both passed the check: the one that finds the lock taken when it writes fails naming the
+    holder, and leaves no claim on its run directory (the same run id can be tried again)."""
+    first = lock_job(tmp_path, "run-a")
+    assert run_module(run_prepare, {"job": first})["changed"] is True
+    second = dict(lock_job(tmp_path, "run-b"), run_token="tok-b")
+    res = run_module(run_prepare, {"job": second, "check": False})
+    assert res["failed"] is True and "is in use by run run-a" in res["msg"]
+    assert not os.path.exists(os.path.join(second["run_dir"], "control", "claim"))
+    open(os.path.join(first["run_dir"], "control", "DONE"), "w").close()
+    assert run_module(run_prepare, {"job": dict(second, run_token="tok-b2")})["changed"] is True

@@ -1,6 +1,7 @@
 """run_status: the controller's records in the run's control directory, the lock it gives back, and what it reads of
 the agents' heartbeats and the ranks' metrics."""
 import json
+import os
 
 from ansible_collections.multinode.deepspeed.plugins.modules import run_status
 
@@ -78,7 +79,9 @@ def test_json_that_is_not_an_object_and_odd_names_are_skipped(tmp_path, run_modu
     res = run_module(run_status, {"run_dir": str(d)})
     assert sorted(res["nodes"]) == ["w1", "w2", "w6"]
     assert res["ranks"]["4"] == {"event": "step", "step": 4} and "3" not in res["ranks"]
-    assert res["abort"] is None and res["queue"] is None
+    assert res["queue"] is None
+    # An ABORT that exists stops every agent whatever it holds: the watch reads it as an abort too.
+    assert res["abort"]["reason"].startswith("an abort record that cannot be read")
 
 
 def test_the_queue_record_is_reported(tmp_path, run_module):
@@ -89,3 +92,42 @@ def test_the_queue_record_is_reported(tmp_path, run_module):
     assert run_module(run_status, {"run_dir": str(d)})["queue"] == queued
     (d / "control" / "queue.json").unlink()
     assert run_module(run_status, {"run_dir": str(d)})["queue"] is None
+
+
+def test_the_disk_the_run_directory_is_on(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    disk = run_module(run_status, {"run_dir": str(d)})["disk"]
+    assert disk["path"] == str(d) and 0 <= disk["free"] <= disk["total"] and disk["total"] > 0
+    assert run_module(run_status, {"run_dir": str(tmp_path / "gone")})["disk"] is not None  # control/ is made
+
+
+def test_an_empty_abort_record_still_aborts(tmp_path, run_module):
+    """An agent on a full disk could create ABORT but not write it: the run is still aborted."""
+    d = run_dir(tmp_path)
+    (d / "control").mkdir()
+    (d / "control" / "ABORT").write_text("")
+    abort = run_module(run_status, {"run_dir": str(d)})["abort"]
+    assert abort["reason"].startswith("an abort record that cannot be read") and "disk full" in abort["reason"]
+
+
+def test_the_lease_is_renewed_by_its_time_stamp_and_a_cause_is_kept(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    run_module(run_status, {"run_dir": str(d), "touch_lease": True})
+    lease = d / "control" / "lease"
+    first = lease.read_text()
+    old = lease.stat().st_mtime - 100
+    os.utime(lease, (old, old))
+    run_module(run_status, {"run_dir": str(d), "touch_lease": True})
+    assert lease.stat().st_mtime > old + 50 and lease.read_text() == first
+    res = run_module(run_status, {"run_dir": str(d), "abort": "disk full on coord: x", "cause": "disk full on coord: x"})
+    assert res["abort"]["cause"] == "disk full on coord: x"
+
+
+def test_a_record_whose_content_the_disk_refuses_is_still_there(tmp_path, monkeypatch):
+    """ENOSPC on the write: the name exists (empty), which is what the agents look for."""
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(run_status.os, "write", full)
+    path = tmp_path / "ABORT"
+    run_status._put(str(path), "{}")
+    assert path.exists() and path.read_text() == ""

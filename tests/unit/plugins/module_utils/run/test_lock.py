@@ -117,3 +117,12 @@ def test_two_plays_claiming_one_run_directory_at_once_one_wins(tmp_path):
     for t in threads:
         t.join()
     assert sum(1 for msg in results.values() if msg is None) == 1
+
+
+def test_a_claim_is_given_back_only_by_its_play(tmp_path):
+    d = str(tmp_path / "runs" / "r1")
+    assert lock.claim(d, "tokenA", "r1", "coord") is None
+    assert lock.unclaim(d, "tokenB") is False and os.path.exists(os.path.join(d, "control", "claim"))
+    assert lock.unclaim(d, "tokenA") is True and not os.path.exists(os.path.join(d, "control", "claim"))
+    assert lock.unclaim(d, "tokenA") is False
+    assert lock.claim(d, "tokenB", "r1", "coord") is None
