@@ -202,9 +202,9 @@ def disk_full(disk, host, floor=DISK_FULL_BYTES):
     ``floor`` bytes free - else None."""
     if not isinstance(disk, dict) or disk.get("free") is None or disk["free"] >= floor:
         return None
-    return "disk full on %s: %s has %s free of %s. Fix: free space there, or set shared_dir_path to a file system " \
-           "with room for the run's checkpoints and logs" % (host, disk.get("path"), size(disk["free"]),
-                                                            size(disk.get("total") or 0))
+    text = "disk full on %s: %s has %s free of %s. Fix: free space there, or set shared_dir_path to a file system " \
+           "with room for the run's checkpoints and logs"
+    return text % (host, disk.get("path"), size(disk["free"]), size(disk.get("total") or 0))
 
 
 def abort_for_disk(cause):

@@ -3,7 +3,6 @@ NFS handle or an I/O error for a while; past that it stops this node's ranks and
 too and takes the secrets file away."""
 import errno
 import json
-import os
 import signal
 import subprocess
 import sys
