@@ -18,7 +18,8 @@ description:
     config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
     C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
-    last minute, or that was handed to the user and whose nodes still beat; a lock that cannot be read is held);
+    last minute, or that was handed to the user and whose heartbeats, metrics or logs changed in the last minute;
+    a lock that cannot be read is held);
     writing takes the lock (the watch gives it back when the run ends). The lock is written whole (a temporary file
     and a rename) under an exclusive C(flock) of C(<lock>.guard), so of two runs only one takes it.
   - Writing first claims the run directory - C(control/claim), created exclusively with the play's token - so the
@@ -103,14 +104,16 @@ def lock_holder(job):
 
 
 def lock_message(job, holder, where):
-    return ("checkpoint directory %s is in use by run %s (its controller renewed its lease %.0fs ago; on %s). "
-            "Fix: wait for %s to end or stop it, or train another model (-e model=...)" % (
-                job["checkpoint_dir"], holder.get("run_id"), holder.get("lease_age", 0), where, holder.get("run_id")))
+    how = ("it was handed to you and still runs" if holder.get("handoff")
+           else "its controller renewed its lease %.0fs ago" % holder.get("lease_age", 0))
+    return ("checkpoint directory %s is in use by run %s (%s; on %s). Fix: wait for %s to end or stop it, or train "
+            "another model (-e model=...)" % (job["checkpoint_dir"], holder.get("run_id"), how, where,
+                                              holder.get("run_id")))
 
 
 def take_lock(module, job, where):
     """Hold the checkpoint directory for this run (a stale holder's lock is replaced; of two plays that find it
-    stale, one takes it).  A run handed to the user keeps it while its nodes beat."""
+    stale, one takes it).  A run handed to the user keeps it while it runs."""
     path = job["checkpoint_lock"]
     holder = lock.take(path, job["run_id"], job["run_dir"], handoff=not (job.get("launch") or {}).get("start", True))
     if holder is not None:

@@ -9,7 +9,8 @@ taken as held (being written, or damaged) until it is older than ``LEASE_ALIVE``
 back happen under an exclusive ``flock`` of ``<lock>.guard``, so of two runs that find the same stale lock exactly
 one takes it.  A run holds the lock from when it took it until it writes its lease, then while its
 controller renews the lease (``control/lease``) and it is neither done nor aborted; a run handed to the user (no
-controller) while it is neither done nor aborted and its nodes' heartbeats are fresh, or none has beaten yet.
+controller) while it is neither done nor aborted and its files move (heartbeats, metrics, logs): once the user
+started it, not while it waits to be started.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -82,21 +83,23 @@ def _age(path, now):
 
 
 def run_alive(record, now, lease_alive=LEASE_ALIVE):
-    """Whether the run a lock names still runs: not done or aborted, and its controller's lease fresh - or, handed to
-    the user, its nodes' heartbeats fresh or not begun."""
+    """Whether the run a lock names still runs: not done or aborted, and its controller's lease fresh (or just taken)
+    - or, handed to the user, its heartbeats, metrics or logs written in the last ``lease_alive`` seconds."""
     run_dir = record.get("run_dir") or ""
     control = os.path.join(run_dir, "control")
     if os.path.exists(os.path.join(control, "DONE")) or os.path.exists(os.path.join(control, "ABORT")):
         return False
-    lease = _age(os.path.join(control, "lease"), now)
-    if lease is None and now - float(record.get("time") or 0) <= lease_alive:
-        return True  # just taken: the run writes its lease next
-    if lease is not None and lease <= lease_alive:
-        return True
     if not record.get("handoff"):
-        return False
-    beats = [a for a in (_age(p, now) for p in glob.glob(os.path.join(run_dir, "nodes", "*.json"))) if a is not None]
-    return not beats or min(beats) <= lease_alive
+        lease = _age(os.path.join(control, "lease"), now)
+        if lease is None:
+            return now - float(record.get("time") or 0) <= lease_alive  # just taken: the run writes its lease next
+        return lease <= lease_alive
+    # Handed to the user: alive while its files move (agents' heartbeats; a run without agents, such as a batch
+    # script submitted by hand, by its ranks' metrics and logs).  Not started yet, it does not hold the directory.
+    files = [os.path.join(run_dir, "nodes", "*.json"), os.path.join(run_dir, "metrics", "*.jsonl"),
+             os.path.join(run_dir, "logs", "*.log")]
+    ages = [a for a in (_age(p, now) for pattern in files for p in glob.glob(pattern)) if a is not None]
+    return bool(ages) and min(ages) <= lease_alive
 
 
 def holder(path, run_id, now=None, lease_alive=LEASE_ALIVE):

@@ -63,10 +63,16 @@ def test_a_live_run_keeps_it_a_stale_done_or_aborted_one_does_not(tmp_path):
     assert lock.holder(str(path), "done") is None  # its own lock never stops a run
 
 
-def test_a_handed_off_run_keeps_it_while_its_nodes_beat(tmp_path):
+def test_a_handed_off_run_keeps_it_while_it_runs(tmp_path):
     path = tmp_path / "m.lock"
     old_lock(path, "h1", run_dir(tmp_path, "h1", lease_age=3600), handoff=True)
-    assert lock.holder(str(path), "new")["run_id"] == "h1"  # queued: no node has beaten yet
+    # Not started by the user (no file of it moves): it does not keep the checkpoints from the next run.
+    assert lock.holder(str(path), "new") is None
+    h0 = run_dir(tmp_path, "h0", lease_age=3600)
+    os.mkdir(os.path.join(h0, "metrics"))
+    open(os.path.join(h0, "metrics", "rank0.jsonl"), "w").close()
+    old_lock(path, "h0", h0, handoff=True)
+    assert lock.holder(str(path), "new")["run_id"] == "h0"  # a batch script run by hand: its metrics move
     old_lock(path, "h2", run_dir(tmp_path, "h2", lease_age=3600, beats=[("w1", 5), ("w2", 500)]), handoff=True)
     assert lock.holder(str(path), "new")["run_id"] == "h2"
     old_lock(path, "h3", run_dir(tmp_path, "h3", lease_age=3600, beats=[("w1", 400)]), handoff=True)
