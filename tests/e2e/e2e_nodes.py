@@ -26,6 +26,37 @@ def run_processes(node, run_id):
     return sorted(set(pids), key=int)
 
 
+NODES = ("coord", "worker1", "worker2")
+
+
+def left_on(nodes, run_id, seconds=10, look=None, every=0.5):
+    """The run's processes still on ``nodes`` after up to ``seconds`` (``look(node, run_id)`` lists them; by
+    default run_processes), as {node: [pids]}; {} once none is left."""
+    look = look or run_processes
+    left = {}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        left = dict((n, look(n, run_id)) for n in nodes)
+        if not any(left.values()):
+            return {}
+        time.sleep(every)
+    return left
+
+
+def finish(proc, out, timeout=600):
+    """Wait for a play started by start_train (killed when it outlives ``timeout``); its exit code."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        out.close()
+    return proc.returncode
+
+
 def load_summary(run_id):
     return json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
 

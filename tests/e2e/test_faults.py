@@ -7,23 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import (load_summary, localcluster, on_coord, podman, rank_step, run_processes, start_train,
+from e2e_nodes import (left_on, load_summary, localcluster, on_coord, podman, rank_step, run_processes, start_train,
                        when_step)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def left_on(nodes, run_id, seconds=10):
-    """The run's processes still on ``nodes`` after up to ``seconds``."""
-    left = {}
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        left = dict((n, run_processes(n, run_id)) for n in nodes)
-        if not any(left.values()):
-            return {}
-        time.sleep(0.5)
-    return left
 
 
 @pytest.fixture

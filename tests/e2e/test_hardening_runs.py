@@ -9,34 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, on_coord, run_processes, start_train
+from e2e_nodes import NODES, finish, left_on, load_summary, on_coord, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-NODES = ("coord", "worker1", "worker2")
 TINY = ["-e", "model=llama-tiny", "-e", "preflight=false"]
 RUN_UID = 2000  # ssh_mesh_uid: the run account's uid on every node
-
-
-def nothing_left(run_id, seconds=15):
-    left = {}
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        left = dict((n, run_processes(n, run_id)) for n in NODES)
-        if not any(left.values()):
-            return {}
-        time.sleep(0.5)
-    return left
-
-
-def finish(proc, out, timeout=600):
-    try:
-        proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        out.close()
-    return proc.returncode
 
 
 def test_two_terminals_with_one_run_id_get_one_run(provisioned):
@@ -125,4 +103,4 @@ def test_a_shared_disk_that_fills_up_ends_the_run_named_with_nothing_left(small_
     assert "disk full on coord" in text, text[-3000:]
     summary = load_summary(run_id)
     assert summary["status"] == "failed" and summary["problems"][0].startswith("disk full on coord: "), summary
-    assert nothing_left(run_id) == {}
+    assert left_on(NODES, run_id, seconds=15) == {}

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import test_slurm_cluster
 import yaml
-from e2e_nodes import load_summary, on_coord, podman, run_processes, start_train, when_step
+from e2e_nodes import NODES, finish, left_on, load_summary, on_coord, podman, start_train, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-NODES = ("coord", "worker1", "worker2")
 slurm = test_slurm_cluster.slurm  # the fixture: Slurm answers and both workers are idle
 TINY = ["-e", "model=llama-tiny", "-e", "preflight=false"]
 
@@ -25,27 +24,6 @@ def run_left(node, run_id):
     its environment from the container's root, so run_processes cannot see it); not the switch's shell."""
     script = f"ps -eo pid=,args= | grep -F -e '{run_id}' | grep -v -e 'read -r why' -e grep || true"
     return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split("\n")[:-1]
-
-
-def nothing_left(run_id, seconds, deploy=False):
-    left = {}
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        left = dict((n, run_left(n, run_id) if deploy else run_processes(n, run_id)) for n in NODES)
-        if not any(left.values()):
-            return {}
-        time.sleep(0.5)
-    return left
-
-
-def finish(proc, out, timeout=600):
-    try:
-        proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        out.close()
-    return proc.returncode
 
 
 def close_masters(cp_dir):
@@ -130,7 +108,7 @@ def stop_at_step_3(inventory, name, stop, what):
     try:
         stopped = when_step(run_id, 3, lambda: stop(proc.pid))
         assert stopped, "the run never started: " + log.read_text()[-3000:]
-        left = nothing_left(run_id, 10, deploy=True)
+        left = left_on(NODES, run_id, 10, look=run_left)
         print(f"every node clean {time.time() - stopped:.1f}s after {what}")
     finally:
         finish(proc, out, timeout=120)

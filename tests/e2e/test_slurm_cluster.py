@@ -8,22 +8,14 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, on_coord, podman, run_processes, start_train, when_step
+from e2e_nodes import NODES, left_on, load_summary, on_coord, podman, start_train, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-NODES = ("coord", "worker1", "worker2")
 
 
 def nothing_left(run_id, seconds=60):
-    left = {}
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        left = dict((n, run_processes(n, run_id)) for n in NODES)
-        if not any(left.values()):
-            return {}
-        time.sleep(1)
-    return left
+    return left_on(NODES, run_id, seconds, every=1)
 
 
 def sacct_state(job_id, seconds=20):
