@@ -84,7 +84,8 @@ def _age(path, now):
 
 def run_alive(record, now, lease_alive=LEASE_ALIVE):
     """Whether the run a lock names still runs: not done or aborted, and its controller's lease fresh (or just taken)
-    - or, handed to the user, its heartbeats, metrics or logs written in the last ``lease_alive`` seconds."""
+    - or, handed to the user, its heartbeats, metrics or logs written in the last ``lease_alive`` seconds and its
+    ranks not all done."""
     run_dir = record.get("run_dir") or ""
     control = os.path.join(run_dir, "control")
     if os.path.exists(os.path.join(control, "DONE")) or os.path.exists(os.path.join(control, "ABORT")):
@@ -95,11 +96,32 @@ def run_alive(record, now, lease_alive=LEASE_ALIVE):
             return now - float(record.get("time") or 0) <= lease_alive  # just taken: the run writes its lease next
         return lease <= lease_alive
     # Handed to the user: alive while its files move (agents' heartbeats; a run without agents, such as a batch
-    # script submitted by hand, by its ranks' metrics and logs).  Not started yet, it does not hold the directory.
+    # script submitted by hand, by its ranks' metrics and logs) and its ranks have not all written their last
+    # record.  Not started yet, it does not hold the directory.
+    if ranks_done(run_dir):
+        return False
     files = [os.path.join(run_dir, "nodes", "*.json"), os.path.join(run_dir, "metrics", "*.jsonl"),
              os.path.join(run_dir, "logs", "*.log")]
     ages = [a for a in (_age(p, now) for pattern in files for p in glob.glob(pattern)) if a is not None]
     return bool(ages) and min(ages) <= lease_alive
+
+
+def ranks_done(run_dir):
+    """Whether the run's ranks all wrote their final record (the bundled trainer's ``done``): there are metrics,
+    and every ``metrics/rank*.jsonl`` ends with it."""
+    paths = glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl"))
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 4096))
+                lines = [x for x in fh.read().decode("utf-8", "replace").splitlines() if x.strip()]
+            last = json.loads(lines[-1]) if lines else None
+        except (IOError, OSError, ValueError):
+            return False
+        if not isinstance(last, dict) or last.get("event") != "done":
+            return False
+    return bool(paths)
 
 
 def holder(path, run_id, now=None, lease_alive=LEASE_ALIVE):

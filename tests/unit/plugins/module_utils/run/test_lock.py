@@ -73,6 +73,12 @@ def test_a_handed_off_run_keeps_it_while_it_runs(tmp_path):
     open(os.path.join(h0, "metrics", "rank0.jsonl"), "w").close()
     old_lock(path, "h0", h0, handoff=True)
     assert lock.holder(str(path), "new")["run_id"] == "h0"  # a batch script run by hand: its metrics move
+    with open(os.path.join(h0, "metrics", "rank0.jsonl"), "w") as fh:
+        fh.write('{"event": "step", "step": 8}\n{"event": "done", "rank": 0}\n')
+    assert lock.holder(str(path), "new") is None  # every rank wrote its last record: it has ended
+    with open(os.path.join(h0, "metrics", "rank1.jsonl"), "w") as fh:
+        fh.write('{"event": "step", "step": 8}\n')
+    assert lock.holder(str(path), "new")["run_id"] == "h0"  # rank 1 still runs
     old_lock(path, "h2", run_dir(tmp_path, "h2", lease_age=3600, beats=[("w1", 5), ("w2", 500)]), handoff=True)
     assert lock.holder(str(path), "new")["run_id"] == "h2"
     old_lock(path, "h3", run_dir(tmp_path, "h3", lease_age=3600, beats=[("w1", 400)]), handoff=True)
