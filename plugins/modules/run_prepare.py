@@ -18,8 +18,8 @@ description:
     config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
     C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
-    last minute, or that was handed to the user and whose heartbeats, metrics or logs changed in the last minute;
-    a lock that cannot be read is held);
+    last minute, or that was handed to the user, whose heartbeats, metrics or logs changed in the last minute and
+    whose ranks have not all finished; a lock that cannot be read is held);
     writing takes the lock (the watch gives it back when the run ends). The lock is written whole (a temporary file
     and a rename) under an exclusive C(flock) of C(<lock>.guard), so of two runs only one takes it.
   - Writing first claims the run directory - C(control/claim), created exclusively with the play's token - so the
