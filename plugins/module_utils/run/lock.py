@@ -28,6 +28,17 @@ import time
 LEASE_ALIVE = 60.0
 
 
+def make_dirs(path):
+    """``path`` and its parents, when missing; another play making them at the same time is no error."""
+    if not path:
+        return
+    try:
+        os.makedirs(path)
+    except OSError as exc:
+        if exc.errno != errno.EEXIST:
+            raise
+
+
 @contextlib.contextmanager
 def guarded(path):
     """An exclusive ``flock`` of ``<path>.guard`` for the block (NFSv4 and local filesystems honour it)."""
@@ -142,9 +153,7 @@ def holder(path, run_id, now=None, lease_alive=LEASE_ALIVE):
 
 def take(path, run_id, run_dir, handoff=False):
     """Take the lock for ``run_id`` (replacing a stale one); returns the live holder that keeps it, or None."""
-    parent = os.path.dirname(path)
-    if parent and not os.path.isdir(parent):
-        os.makedirs(parent)
+    make_dirs(os.path.dirname(path))
     with guarded(path):
         live = holder(path, run_id)
         if live is not None:
@@ -170,11 +179,7 @@ def claim(run_dir, token, run_id, where):
     """Make the run directory this play's: ``control/claim`` created exclusively with the play's ``token`` (the
     directory one earlier failed preflight left is reused).  Returns None, or the message why another play has it."""
     control = os.path.join(run_dir, "control")
-    try:
-        os.makedirs(control)
-    except OSError as exc:  # another play made it first
-        if exc.errno != errno.EEXIST:
-            raise
+    make_dirs(control)
     path = os.path.join(control, "claim")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
