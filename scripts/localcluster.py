@@ -343,8 +343,9 @@ def current_address(name: str) -> str | None:
 
 
 def up(workers: int) -> None:
-    """Start the cluster, reusing what is there.  When a reused cluster is not usable (left by a machine that
-    was stopped mid-run, a copied disk, a podman upgrade), it is removed and made again once from scratch."""
+    """Start the cluster, reusing what is there.  When the cluster is not usable (a reused one left by a
+    machine that was stopped mid-run, a copied disk, a podman upgrade; a new one whose DNS did not settle),
+    it is removed and made again once from scratch, and both causes are printed."""
     if workers < 1:
         raise SystemExit("[localcluster] --workers must be at least 1")
     check_network_stack()
@@ -353,9 +354,7 @@ def up(workers: int) -> None:
     try:
         start_nodes(workers, image)
     except SystemExit as exc:
-        if not reused:
-            raise
-        log(f"the existing cluster is not usable, making it again: {exc}")
+        log(f"the {'existing' if reused else 'new'} cluster is not usable, making it again: {exc}")
         down()
         start_nodes(workers, image)
 
