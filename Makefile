@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm docs
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery docs
 
 setup:
 	@scripts/setup
@@ -56,3 +56,7 @@ bench-slurm:
 
 bench-launch:
 	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)
+
+# A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
+bench-recovery:
+	$(BIN)/python scripts/bench_recovery.py --rounds $(or $(ROUNDS),3) --steps $(or $(STEPS),300)

@@ -11,6 +11,8 @@ launch) and every rank (at load time) call it, so they agree.
 """
 from __future__ import annotations
 
+import io
+import pickletools
 import re
 import zipfile
 from pathlib import Path
@@ -37,6 +39,54 @@ def tag_problem(tag_dir: Path) -> str | None:
                 z.namelist()
         except (zipfile.BadZipFile, OSError) as exc:
             return "%s is torn (%s)" % (f, exc)
+    return missing_partitions(tag_dir, files)
+
+
+ZERO_PARTITION = re.compile(r"zero_pp_rank_(\d+)_mp_rank_\d+_optim_states\.pt$")
+_INTS = ("BININT1", "BININT2", "BININT", "LONG1", "INT")
+_MEMO = ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE")
+
+
+def saved_world(tag_dir: Path) -> int | None:
+    """The data-parallel world size DeepSpeed recorded in the tag's ``mp_rank_00_model_states.pt``
+    (``dp_world_size``), read from the pickle's opcodes without torch; None when it cannot be read."""
+    try:
+        with zipfile.ZipFile(Path(tag_dir) / "mp_rank_00_model_states.pt") as z:
+            name = next(n for n in z.namelist() if n.endswith("/data.pkl"))
+            ops = list(pickletools.genops(io.BytesIO(z.read(name))))
+    except (OSError, zipfile.BadZipFile, StopIteration, ValueError):
+        return None
+    for i, (op, arg, _pos) in enumerate(ops):
+        if arg == "dp_world_size":
+            for nxt, value, _p in ops[i + 1:i + 4]:
+                if nxt.name in _INTS:
+                    return int(value)
+                if nxt.name not in _MEMO:
+                    break
+    return None
+
+
+def dp_world(tag_dir: Path) -> int | None:
+    """The number of data-parallel ranks that saved the tag: the one DeepSpeed recorded, else one more than the
+    highest ZeRO optimizer partition; None without either."""
+    recorded = saved_world(tag_dir)
+    if recorded:
+        return recorded
+    ranks = [int(m.group(1)) for m in (ZERO_PARTITION.search(f.name) for f in Path(tag_dir).glob("*.pt")) if m]
+    return max(ranks) + 1 if ranks else None
+
+
+def missing_partitions(tag_dir: Path, files) -> str | None:
+    """Why a ZeRO tag is torn although each of its files is whole: a rank killed before it saved its optimizer
+    partition leaves the others' (DeepSpeed's rank 0 may even have written ``latest``)."""
+    have = set(int(m.group(1)) for m in (ZERO_PARTITION.search(f.name) for f in files) if m)
+    world = saved_world(tag_dir)
+    if not have or not world:
+        return None
+    missing = sorted(set(range(world)) - have)
+    if missing:
+        return "%s is torn: it was saved by %d ranks and has no ZeRO partition of rank %s" % (
+            tag_dir, world, ", ".join(map(str, missing)))
     return None
 
 

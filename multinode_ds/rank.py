@@ -23,6 +23,7 @@ import os
 import sys
 from pathlib import Path
 
+from multinode_ds import checkpoints
 from multinode_ds.agent import SECRET_VAR, read_env_file
 
 PROGRAM_FILE = "program.json"
@@ -49,13 +50,26 @@ def program_argv(python: str, program: list, local_rank) -> list:
     return [python, "-u", program[0], "--local_rank=%s" % local_rank] + program[1:]
 
 
+def resume_tag(env: dict) -> str:
+    """The whole checkpoint a later attempt of the run loads (``MULTINODE_DS_RESUME_TAG``): the newest whole tag of
+    ``MULTINODE_DS_CHECKPOINT_DIR`` (multinode_ds.checkpoints.choose, the bundled trainer's choice), "" on the first
+    attempt or when there is none.  Every rank reads the same shared directory, so they agree."""
+    if str(env.get("MULTINODE_DS_ATTEMPT") or "1") == "1" or not env.get("MULTINODE_DS_CHECKPOINT_DIR"):
+        return ""
+    try:
+        return checkpoints.choose(env["MULTINODE_DS_CHECKPOINT_DIR"])["tag"]
+    except checkpoints.CheckpointError:
+        return ""
+
+
 def rank_environment(run_dir: Path, base: dict, extra: dict | None = None) -> dict:
     """``base`` (the launcher's environment), then ``rank.env``, then ``extra`` (what the launcher gives this
-    rank: RANK, LOCAL_RANK...), then the secrets."""
+    rank: RANK, LOCAL_RANK...), then the secrets; and the checkpoint a later attempt resumes from."""
     env = dict(base)
     env.update(read_env_file(run_dir / ENV_FILE))
     env.update(extra or {})
     env.update(read_secrets(env.get(SECRET_VAR, "")))
+    env["MULTINODE_DS_RESUME_TAG"] = resume_tag(env)
     return env
 
 

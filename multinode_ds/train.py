@@ -28,6 +28,9 @@ def parse_args(argv=None):
     p.add_argument("--run-dir", required=True, help="the run's directory, on storage every node shares")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per step on each rank: a run on fewer nodes keeps its global batch (rank r "
+                        "takes the micro-batches ranks r*N..r*N+N-1 of the N times larger world had)")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=5)
@@ -44,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--save-interval", type=int, default=0, help="checkpoint every N steps (0: only at the end)")
     p.add_argument("--checkpoint-dir", default=None, help="default: <run-dir>/checkpoints")
     p.add_argument("--resume", action="store_true", help="resume from the newest checkpoint")
+    p.add_argument("--resume-if-any", action="store_true",
+                   help="resume from the newest whole checkpoint when there is one, else start from step 0 (a "
+                        "run's later attempts)")
     p.add_argument("--print-every", type=int, default=5)
     p.add_argument("--dry-run", action="store_true",
                    help="check model, data, config and memory; print the plan as JSON; train nothing")
@@ -264,8 +270,11 @@ def deepspeed_config(args, ranks, n_params) -> dict:
     """The DeepSpeed config generated for the model, the ranks and their devices, with ``--ds-config`` merged over it."""
     memory_gib, bf16 = device_capabilities(args, ranks)
     config = dsc.generate(n_params, ranks.world, accelerator="cpu" if ranks.on_cpu else "gpu",
-                          device_memory_gib=memory_gib, bf16_capable=bf16,
-                          micro_batch=args.micro_batch, run_dir=args.run_dir)
+                          device_memory_gib=memory_gib, bf16_capable=bf16, micro_batch=args.micro_batch,
+                          grad_accum=max(1, args.grad_accum), run_dir=args.run_dir)
+    if getattr(args, "load_universal", False):
+        # A checkpoint of another world size, converted by DeepSpeed's ds_to_universal (universal_resume).
+        config["checkpoint"] = {"load_universal": True}
     if args.ds_config:
         config = dsc.merge(config, dsc.load_override(args.ds_config))
     return config
@@ -321,17 +330,54 @@ def build_training(args, ranks) -> tuple:
     return spec, n_params, blocks, engine
 
 
-def resume_checkpoint(args, engine, ckpt_dir, rank) -> tuple:
+def universal_resume(args, ckpt_dir, ranks):
+    """Where to load from when the checkpoint to resume was written by another number of ranks (its ZeRO optimizer
+    states are partitioned by them, and DeepSpeed refuses it): rank 0 converts it once with DeepSpeed's own
+    ``ds_to_universal`` into ``<checkpoint-dir>.universal/<tag>``, every rank waits for it, and the engine then
+    loads it with ``checkpoint.load_universal``.  None: a plain load (or nothing to resume)."""
+    import subprocess
+    import torch.distributed as dist
+
+    if not (args.resume or args.resume_if_any):
+        return None
+    try:
+        tag = checkpoints.choose(ckpt_dir)["tag"]
+    except checkpoints.CheckpointError:
+        return None
+    saved = checkpoints.dp_world(Path(ckpt_dir) / tag)
+    if saved in (None, ranks.world):
+        return None
+    out = Path(str(ckpt_dir) + ".universal")
+    if ranks.rank == 0 and checkpoints.tag_problem(out / tag) is not None:
+        print(f"multinode_ds: {tag} was saved by {saved} ranks, this run has {ranks.world}: converting it with "
+              f"DeepSpeed's ds_to_universal into {out / tag}", flush=True)
+        subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                        str(Path(ckpt_dir) / tag), "--output_folder", str(out / tag), "--inject_missing_state",
+                        "--num_extract_workers", "1", "--num_merge_workers", "1"], check=True)
+    dist.barrier()
+    return str(out)
+
+
+def resume_checkpoint(args, engine, ckpt_dir, rank, load_dir=None) -> tuple:
     """With ``--resume``, load the checkpoint the dry run chose too: (the step to go on from, the choice);
-    without it, (0, None)."""
-    if not args.resume:
+    without it, (0, None).  ``load_dir``: where its universal form is (universal_resume), else None."""
+    if not (args.resume or args.resume_if_any):
         return 0, None
     # The same choice as the dry run's: latest when it is whole, else the newest whole tag.
-    resumed = checkpoints.choose(ckpt_dir)
+    try:
+        resumed = checkpoints.choose(ckpt_dir)
+    except checkpoints.CheckpointError as exc:
+        if args.resume:
+            raise
+        if rank == 0:
+            print(f"multinode_ds: no whole checkpoint to resume from, starting from step 0 ({exc})", flush=True)
+        return 0, None
     if rank == 0:
         for skip in resumed["skipped"]:
             print(f"multinode_ds: skipping checkpoint {skip['tag']}: {skip['why']}", flush=True)
-    load_path, client = engine.load_checkpoint(ckpt_dir, tag=resumed["tag"])
+    load_path, client = engine.load_checkpoint(load_dir or ckpt_dir, tag=resumed["tag"])
+    if load_dir:
+        resumed["universal"] = load_dir
     if load_path is None:
         raise RuntimeError(f"DeepSpeed could not load checkpoint {resumed['tag']} from {ckpt_dir}")
     start_step = int((client or {}).get("step", resumed["step"]))
@@ -352,11 +398,13 @@ def start_record(ranks, model, n_params, start_step, resumed) -> dict:
 
 def step_record(args, ranks, done, loss, loss_local, lr, step_time) -> dict:
     """The metrics line of step ``done`` (counted from 1): the loss averaged over the ranks, this rank's, the rates."""
-    tokens_per_step = args.micro_batch * args.seq_len * ranks.world
+    accum = max(1, getattr(args, "grad_accum", 1))
+    tokens_per_step = args.micro_batch * args.seq_len * ranks.world * accum
     return {
         "event": "step", "step": done, "total_steps": args.steps, "loss": loss,
         "loss_local": loss_local, "lr": lr, "step_time": step_time,
-        "samples_per_sec": args.micro_batch * ranks.world / step_time, "tokens_per_sec": tokens_per_step / step_time,
+        "samples_per_sec": args.micro_batch * ranks.world * accum / step_time,
+        "tokens_per_sec": tokens_per_step / step_time,
         "rank": ranks.rank, "local_rank": ranks.local_rank, "world_size": ranks.world, "host": ranks.host,
         "time": time.time(),
     }
@@ -386,18 +434,24 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
     import torch.distributed as dist
 
     loss_val = float("nan")
+    accum = max(1, getattr(args, "grad_accum", 1))
     for step in range(start_step, args.steps):
-        batch = data_mod.rank_batches(blocks, ranks.rank, ranks.world, args.micro_batch, args.seed, step)
-        ids = torch.tensor(batch, dtype=torch.long, device=ranks.device)
         t0 = time.time()
-        out = engine(input_ids=ids, labels=ids)
-        engine.backward(out.loss)
-        engine.step()
-        mean_loss = out.loss.detach().float().clone()
+        local = 0.0
+        # With --grad-accum N, rank r takes the micro-batches of ranks r*N..r*N+N-1 of a world N times larger.
+        for micro in range(accum):
+            batch = data_mod.rank_batches(blocks, ranks.rank * accum + micro, ranks.world * accum, args.micro_batch,
+                                          args.seed, step)
+            ids = torch.tensor(batch, dtype=torch.long, device=ranks.device)
+            out = engine(input_ids=ids, labels=ids)
+            engine.backward(out.loss)
+            engine.step()
+            local += out.loss.detach().float().item() / accum
+        mean_loss = torch.tensor(local)
         dist.all_reduce(mean_loss)
         loss_val = mean_loss.item() / ranks.world
         dt = time.time() - t0
-        rec = step_record(args, ranks, step + 1, loss_val, out.loss.item(), engine.get_lr()[0], dt)
+        rec = step_record(args, ranks, step + 1, loss_val, local, engine.get_lr()[0], dt)
         metrics.write(rec)
         if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
@@ -411,9 +465,11 @@ def train(args) -> int:
     import torch.distributed as dist
 
     ranks = join_ranks(args.run_dir)
-    spec, n_params, blocks, engine = build_training(args, ranks)
     ckpt_dir = checkpoint_dir(args)
-    start_step, resumed = resume_checkpoint(args, engine, ckpt_dir, ranks.rank)
+    load_dir = universal_resume(args, ckpt_dir, ranks)
+    args.load_universal = load_dir is not None
+    spec, n_params, blocks, engine = build_training(args, ranks)
+    start_step, resumed = resume_checkpoint(args, engine, ckpt_dir, ranks.rank, load_dir)
     metrics = MetricsWriter(args.run_dir, ranks.rank)
     metrics.write(start_record(ranks, spec.name, n_params, start_step, resumed))
     if ranks.rank == 0:

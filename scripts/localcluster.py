@@ -182,9 +182,12 @@ def prune_old_images(keep: str, keep_tarball: Path) -> None:
             podman("rmi", ref, check=False)
 
 
-def node_names(workers: int) -> list[tuple[str, str]]:
+def node_names(workers: int, spares: int = 0) -> list[tuple[str, str]]:
+    """(name, group) of every node: the coordinator, the workers, then the spares (named on from the workers:
+    worker3 is the spare of a two-worker cluster, as a rack's spare is a node like the others)."""
     nodes = [("coord", "coordinator")]
     nodes += [(f"worker{i}", "workers") for i in range(1, workers + 1)]
+    nodes += [(f"worker{i}", "spares") for i in range(workers + 1, workers + spares + 1)]
     return nodes
 
 
@@ -342,31 +345,33 @@ def current_address(name: str) -> str | None:
     return (nets.get(NETWORK) or {}).get("IPAddress") or None
 
 
-def up(workers: int) -> None:
+def up(workers: int, spares: int = 0) -> None:
     """Start the cluster, reusing what is there.  When the cluster is not usable (a reused one left by a
     machine that was stopped mid-run, a copied disk, a podman upgrade; a new one whose DNS did not settle),
     it is removed and made again once from scratch, and both causes are printed."""
     if workers < 1:
         raise SystemExit("[localcluster] --workers must be at least 1")
+    if spares < 0 or workers + spares > 16:
+        raise SystemExit("[localcluster] --spares must be 0 or more, with at most 16 nodes besides the coordinator")
     check_network_stack()
     image = ensure_image()
     reused = bool(running_nodes()) or network_info() is not None
     try:
-        start_nodes(workers, image)
+        start_nodes(workers, image, spares)
     except SystemExit as exc:
         log(f"the {'existing' if reused else 'new'} cluster is not usable, making it again: {exc}")
         down()
-        start_nodes(workers, image)
+        start_nodes(workers, image, spares)
 
 
-def start_nodes(workers: int, image: str) -> None:
+def start_nodes(workers: int, image: str, spares: int = 0) -> None:
     key = ensure_key()
     pub = (key.with_suffix(".pub")).read_text()
     info = ensure_network()
     if podman("volume", "exists", VOLUME, check=False).returncode != 0:
         podman("volume", "create", "--label", f"io.multinode.cluster={PREFIX}", VOLUME)
     ensure_mounts()
-    wanted = node_names(workers)
+    wanted = node_names(workers, spares)
     addresses = node_addresses(info, wanted)
     existing = set(running_nodes())
     for extra in sorted(existing - {container(node[0]) for node in wanted}):
@@ -544,15 +549,17 @@ def write_inventory(hosts: dict, key: Path) -> None:
         "    ssh_mesh_cluster_name: local",
         "  children:",
     ]
-    for group in ("coordinator", "workers"):
+    for group in ("coordinator", "workers", "spares"):
+        if not any(h["group"] == group for h in hosts.values()):
+            continue
         lines.append(f"    {group}:")
         lines.append("      hosts:")
         for node, h in hosts.items():
             if h["group"] == group:
                 lines.append(f"        {node}:")
                 lines.append(f"          ansible_host: {h['addr']}")
-        if group == "workers":
-            # CPU nodes have no GPUs to count: one rank each, said explicitly.
+        if group != "coordinator":
+            # CPU nodes have no GPUs to count: one rank each, said explicitly (a spare has a worker's slots).
             lines += ["      vars:", "        deepspeed_slots: 1"]
     (INVENTORY_DIR / "hosts.yml").write_text("\n".join(lines) + "\n")
 
@@ -589,6 +596,9 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="start (or reuse) the local cluster")
     p_up.add_argument("--workers", type=int, default=int(os.environ.get("MNDS_WORKERS", "2")))
+    p_up.add_argument("--spares", type=int, default=int(os.environ.get("MNDS_SPARES", "0")),
+                      help="nodes in the inventory's spares group, provisioned like the workers by site.yml; they "
+                           "take a failed worker's place in a run with -e restarts=N (default 0)")
     p_check = sub.add_parser(
         "check", help="check that every node resolves and reaches every node, and the controller each")
     p_check.add_argument("--settle", type=float, default=30,
@@ -601,7 +611,7 @@ def main(argv=None) -> int:
     sub.add_parser("image", help="build (or reuse) the node image only")
     args = parser.parse_args(argv)
     if args.cmd == "up":
-        up(args.workers)
+        up(args.workers, args.spares)
     elif args.cmd == "check":
         check(settle=args.settle)
     elif args.cmd == "disconnect":

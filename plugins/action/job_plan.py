@@ -8,11 +8,13 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import datetime
+import os
 import secrets
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, host_list, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {
@@ -23,6 +25,9 @@ SETTINGS = {
     "run_id": "run_id", "hosts": "hosts", "preflight": "preflight",
     "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "secret_env": "secret_env",
     "shared_dir_path": "shared_dir",
+    # The inventory's train_restarts first, so that -e restarts wins.
+    "train_restarts": "restarts", "restarts": "restarts", "train_recover_wait": "recover_wait",
+    "recover_wait": "recover_wait", "train_min_nodes": "min_nodes", "min_nodes": "min_nodes",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
 
@@ -43,6 +48,18 @@ def worker_facts(hv):
             "env": dict(hv.get("multinode_node_env") or {}),
             "scheduler_name": hv.get("slurm_node_name") or None,
             "answered": None}
+
+
+def quarantined(task_vars):
+    """The controller's quarantined nodes (``quarantine_file``), after ``-e unquarantine=a,b`` let them out (the file
+    is rewritten): ``{node: record}``."""
+    path = os.path.expanduser(str(task_vars.get("quarantine_file") or recovery.QUARANTINE_FILE))
+    nodes = recovery.load_quarantine(path)
+    release = [n for n in host_list(task_vars.get("unquarantine")) if n in nodes]
+    if release:
+        nodes = recovery.quarantine(nodes, {}, None, release=release)
+        recovery.save_quarantine(path, nodes)
+    return nodes
 
 
 class ActionModule(ActionBase):
@@ -68,6 +85,14 @@ class ActionModule(ActionBase):
         # The run account's uid on the coordinator (node_facts' user), for backends that start processes by uid.
         settings.setdefault("run_uid", next(((hostvars[c].get("multinode_node") or {}).get("uid")
                                              for c in coordinators if c in hostvars), None))
+        try:
+            held = quarantined(task_vars)
+        except (OSError, ValueError) as exc:
+            result.update(failed=True, msg="The quarantine file cannot be read: %s. Fix: repair or remove it "
+                                           "(quarantine_file)" % exc)
+            return result
+        lines = recovery.quarantine_lines(held, workers)
+        workers = [w for w in workers if w not in held]
         facts = dict((w, worker_facts(hostvars[w])) for w in workers)
         # A worker of this play that failed or was unreachable (reading it failed) cannot take ranks.
         alive, targeted = task_vars.get("ansible_play_hosts"), task_vars.get("ansible_play_hosts_all") or []
@@ -81,4 +106,6 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result
         result.update(changed=False, job=job)
+        if lines:
+            result["warnings"] = lines
         return result

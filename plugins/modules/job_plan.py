@@ -22,6 +22,14 @@ description:
     C(deepspeed_accelerator), C(ansible_host), memory and default interface (from C(multinode_node) of
     M(multinode.deepspeed.node_facts), else from Ansible's facts), and C(multinode_node_env) (the job's NCCL and stack
     variables, when a task recorded them).
+  - A run's recovery settings are planned too - C(restarts) (inventory C(train_restarts); attempts after the first,
+    0-100, default 0), C(recover_wait) (C(train_recover_wait); seconds a failed node gets to come back, default 120)
+    and C(min_nodes) (C(train_min_nodes); the fewest rank nodes the run may go on with). With C(restarts) above 0 each
+    attempt has its own directory, C(runs/<run_id>/attempts/<n>) (C(attempt_path)), and its ranks get
+    C(MULTINODE_DS_ATTEMPT); the bundled trainer's later attempts resume from the newest whole checkpoint.
+  - The nodes quarantined on the controller (C(quarantine_file), default
+    C(~/.cache/multinode-deepspeed/quarantine.json); a node that failed twice in one run) take no ranks, and each is
+    named in a warning; C(-e unquarantine=worker2) lets one out again.
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
     its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).

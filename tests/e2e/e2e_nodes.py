@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def podman(*args, **kw):
     """podman with the local cluster's containers.conf."""
-    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
+    # /usr/sbin too: netavark runs iptables or nft when a container starts.
+    env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
     return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False, **kw)
 
 
@@ -66,20 +67,23 @@ def on_coord(command):
     return podman("exec", "mnds-coord", "sh", "-c", command)
 
 
-def rank_step(run_id, rank=0):
-    """The last step ``rank`` of run ``run_id`` recorded in its metrics (0 before the first)."""
-    res = on_coord(f"tail -n1 /shared/runs/{run_id}/metrics/rank{rank}.jsonl 2>/dev/null")
+def rank_step(run_id, rank=0, attempt=None):
+    """The last step ``rank`` of run ``run_id`` (of its ``attempt``, for a run with restarts) recorded in its
+    metrics (0 before the first)."""
+    where = f"/shared/runs/{run_id}" + (f"/attempts/{attempt}" if attempt else "")
+    res = on_coord(f"tail -n1 {where}/metrics/rank{rank}.jsonl 2>/dev/null")
     try:
         return json.loads(res.stdout).get("step", 0)
     except ValueError:
         return 0
 
 
-def when_step(run_id, step, action, seconds=300):
-    """Run ``action`` once rank 0 reached ``step``; returns the time it ran, or None."""
+def when_step(run_id, step, action, seconds=300, attempt=None):
+    """Run ``action`` once rank 0 reached ``step`` (in ``attempt``, for a run with restarts); returns the time it
+    ran, or None."""
     deadline = time.time() + seconds
     while time.time() < deadline:
-        if rank_step(run_id) >= step:
+        if rank_step(run_id, attempt=attempt) >= step:
             action()
             return time.time()
         time.sleep(0.5)

@@ -35,6 +35,9 @@ DEFAULTS = {
     "timeout": 3600,
     "startup_timeout": 300,
     "save_interval": 0,
+    "restarts": 0,
+    "recover_wait": 120,
+    "attempt": 1,
     "shared_dir": "/srv/multinode-deepspeed",
     "home": "/opt/multinode-deepspeed",
     "venv": "/opt/multinode-deepspeed/venv",
@@ -86,7 +89,7 @@ FALSE_WORDS = ("n", "no", "off", "0", "false", "f", "")
 # Trainer options the plan sets from its own variables: in ``args`` they would contradict the plan (the watch
 # counts -e steps, the checkpoint lock is the plan's directory...).
 PLANNED_OPTIONS = {"--model": "model", "--run-dir": "run_id", "--steps": "steps", "--checkpoint-dir": "model",
-                   "--save-interval": "save_interval", "--resume": "resume", "--ds-config": "ds_config",
+                   "--save-interval": "save_interval", "--resume": "resume", "--resume-if-any": None, "--ds-config": "ds_config",
                    "--model-path": "model_path", "--dataset": "dataset", "--dry-run": None, "--world-size": None,
                    "--memory-gib": None, "--local_rank": None}
 LIMITS = {"steps": 10 ** 9, "timeout": 30 * 86400, "save_interval": 10 ** 9}
@@ -164,6 +167,10 @@ def rank_env(job, settings, node_env, user):
     settings, the job's NCCL profile and stack variables (``node_env``), the user's (``user_env``)."""
     env = {"DS_ACCELERATOR": job["accelerator"], "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
            "MULTINODE_DS_RUN_ID": job["run_id"], "MULTINODE_DS_RUN_DIR": job["run_dir"],
+           "MULTINODE_DS_ATTEMPT": str(job.get("attempt") or 1),
+           # Where the run's checkpoints go: the bundled trainer's by model, a script's by run (every attempt's).
+           "MULTINODE_DS_CHECKPOINT_DIR": job["checkpoint_dir"] if not job.get("entrypoint") else "%s/runs/%s/%s" % (
+               job["shared_dir"], job["run_id"], "checkpoints"),
            "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH,
            # DeepSpeed's launcher reads this run's file, never a .deepspeed_env in the user's home.
            "DS_ENV_FILE": job["run_dir"] + "/.deepspeed_env"}
@@ -204,6 +211,17 @@ def launcher_env(env):
     return dict((k, v) for k, v in env.items() if SHELL_SAFE_RE.fullmatch(v))
 
 
+def batch(job):
+    """How the bundled trainer keeps the run's global batch on fewer ranks than its first attempt had: ``{"grad_accum",
+    "exact", "global_world"}`` (gradient accumulation over the missing ranks' micro-batches; not exact when the world
+    does not divide the first one), or None when the world is the first one's."""
+    first, world = job.get("global_world"), job.get("world_size")
+    if not first or not world or first == world or job.get("entrypoint"):
+        return None
+    accum = max(1, first // world)
+    return {"grad_accum": accum, "exact": accum * world == first, "global_world": first}
+
+
 def program(job, settings):
     """The argv after DeepSpeed's options: the bundled trainer's, or the user's script, + ``args``."""
     if job["entrypoint"]:
@@ -212,7 +230,13 @@ def program(job, settings):
         argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
                 "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
                 "--save-interval", str(job["save_interval"])]
-        argv += ["--resume"] if job.get("resume") else []
+        if job.get("batch"):
+            argv += ["--grad-accum", str(job["batch"]["grad_accum"])]
+        if job.get("resume"):
+            argv += ["--resume"]
+        elif (job.get("attempt") or 1) > 1:
+            # A later attempt of a run goes on from its newest whole checkpoint, when it wrote one.
+            argv += ["--resume-if-any"]
         for key, flag in (("ds_config", "--ds-config"), ("model_path", "--model-path"), ("dataset", "--dataset")):
             if settings.get(key):
                 argv += [flag, str(settings[key])]
@@ -247,6 +271,23 @@ def run_settings(job, settings, problems):
     job["resume"] = _switch(settings, "resume", problems)
     _switch(settings, "preflight", problems, also=("force",))
     job["stall_timeout"] = stall_timeout(settings, job["timeout"], problems)
+
+
+def recovery_settings(job, settings, problems):
+    """How a failed run goes on, into ``job``: ``restarts`` (attempts after the first; 0: it stops at the first
+    failure), ``recover_wait`` (seconds a failed node gets to come back), ``min_nodes`` (the fewest rank nodes it
+    may go on with; None: as many as it started with) and ``attempt`` (this attempt's number, from 1)."""
+    job["restarts"] = _whole(settings, "restarts", 0, 100, "attempts after the first", problems)
+    job["recover_wait"] = _whole(settings, "recover_wait", 0, 3600, "seconds", problems)
+    job["attempt"] = _whole(settings, "attempt", 1, 101, "attempt", problems)
+    job["min_nodes"] = None
+    if settings.get("min_nodes") not in (None, ""):
+        job["min_nodes"] = _whole(settings, "min_nodes", 1, 10000, "nodes", problems)
+    # The first attempt's world size (the play's, for a later attempt): a run on fewer nodes keeps its global batch.
+    job["global_world"] = int(settings["global_world"]) if str(settings.get("global_world") or "").isdigit() else None
+    if job["attempt"] and job["restarts"] is not None and job["attempt"] > job["restarts"] + 1:
+        problems.append("attempt=%d is past restarts=%d. Fix: leave attempt to the play" % (
+            job["attempt"], job["restarts"]))
 
 
 def start_timeouts(settings, timeout, problems):
@@ -405,13 +446,26 @@ def checkpoint_dir(job):
     return "%s/checkpoints/%s" % (job["shared_dir"], name)
 
 
+def attempt_path(job):
+    """Where this attempt's files are under the run's directory: nowhere apart ("") for a run that stops at its
+    first failure, else ``attempts/<n>`` (each attempt's logs, metrics and hostfile apart; the checkpoints are
+    shared).  The same under ``runs/<id>`` on the cluster and on the controller."""
+    return "attempts/%d" % job["attempt"] if job.get("restarts") else ""
+
+
+def attempt_dir(job):
+    """The run directory of this attempt on the cluster."""
+    run_dir = "%s/runs/%s" % (job["shared_dir"], job["run_id"])
+    return "%s/%s" % (run_dir, attempt_path(job)) if attempt_path(job) else run_dir
+
+
 def placement(job, layout, workers, coordinators):
     """Where the run is: its directories, its nodes and ranks (the layout), the master and every rank host's address,
     the accelerator (the master's)."""
     rank_hosts = [h["name"] for h in layout["hosts"]]
     master = workers[layout["master"]]
     return {
-        "run_dir": "%s/runs/%s" % (job["shared_dir"], job["run_id"]),
+        "run_dir": attempt_dir(job), "attempt_path": attempt_path(job),
         "checkpoint_dir": checkpoint_dir(job),
         "coordinators": list(coordinators), "rank_hosts": rank_hosts,
         "slots": dict((h["name"], h["slots"]) for h in layout["hosts"]),
@@ -449,6 +503,7 @@ def plan(settings, workers, coordinators, now):
     problems = []
     job = directories(settings, problems)
     run_settings(job, settings, problems)
+    recovery_settings(job, settings, problems)
     job["startup_timeout"], job["queue_timeout"] = start_timeouts(settings, job["timeout"], problems)
     backend, backend_options = launch_backend(settings, problems)
     run_id = run_id_for(settings, job["model"], now, problems)
@@ -477,6 +532,7 @@ def plan(settings, workers, coordinators, now):
     job["interface"] = common_interface(workers, rank_hosts)
     job["rank_memory_gib"] = rank_memory_gib(workers, rank_hosts, job["slots"])
     job["env"] = rank_env(job, settings, workers[job["master"]].get("env") or {}, user)
+    job["batch"] = batch(job)
     job["program"] = program(job, settings)
     # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
     job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None

@@ -106,3 +106,66 @@ def markdown(summary, plots):
         lines += ["", "## Plots", ""]
         lines += ["![%s](%s)" % (os.path.basename(p)[:-4], p) for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def plot_timeline(attempts, losses, path):
+    """timeline.png: each attempt as a bar over wall time (its nodes), a fault marked where one ended, and the loss
+    across the attempts by step below (``losses``: per attempt ``[[step, loss], ...]``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not attempts:
+        return None
+    t0 = min(float(a.get("started") or a.get("ended") or 0) for a in attempts)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5))
+    for i, attempt in enumerate(attempts):
+        start = float(attempt.get("started") or t0) - t0
+        end = float(attempt.get("ended") or start + t0) - t0
+        ok = attempt.get("status") == "success"
+        top.barh(i, max(end - start, 0.5), left=start, color="tab:green" if ok else "tab:orange")
+        top.text(start, i, " %d: %s" % (attempt["attempt"], ", ".join(attempt.get("nodes") or [])), va="center",
+                 fontsize="small")
+        if not ok:
+            top.axvline(end, color="tab:red", linestyle="--", linewidth=1)
+    top.set_yticks([])
+    top.set_xlabel("seconds since the first attempt started")
+    top.set_title("Attempts (red: a fault)")
+    for attempt, points in zip(attempts, losses):
+        if points:
+            bottom.plot([p[0] for p in points], [p[1] for p in points], marker=".",
+                        label="attempt %d" % attempt["attempt"])
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("loss")
+    bottom.grid(True, alpha=0.3)
+    if any(losses):
+        bottom.legend(fontsize="small")
+    fig.tight_layout()
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def attempts_markdown(summary, timeline):
+    """The report of a run that had attempts: the run's status and goodput, then each attempt - its nodes, how far
+    it went, why it ended and whether it was retried - with a link to its own report."""
+    lines = ["# Run %s" % summary.get("run_id"), "", "**Status: %s** after %d attempt(s); goodput %s" % (
+        summary.get("status"), len(summary.get("attempts") or []),
+        "%.0f%%" % (100 * summary["goodput"]) if summary.get("goodput") is not None else "unknown"), ""]
+    for problem in summary.get("problems") or []:
+        lines.append("- %s" % problem)
+    lines += ["", "| attempt | nodes | steps | ended | retried | fault to first step |", "|---|---|---|---|---|---|"]
+    for a in summary.get("attempts") or []:
+        lines.append("| [%d](attempts/%d/report.md) | %s | %s-%s | %s | %s | %s |" % (
+            a["attempt"], a["attempt"], ", ".join(a.get("nodes") or []), a.get("start_step"), a.get("last_step"),
+            a.get("why"), a.get("retry_reason"),
+            "%.1f s" % a["fault_to_first_step"] if a.get("fault_to_first_step") is not None else ""))
+        if a.get("note"):
+            lines.append("")
+            lines.append("- %s" % a["note"])
+    if timeline:
+        lines += ["", "![timeline](%s)" % timeline]
+    return "\n".join(lines) + "\n"

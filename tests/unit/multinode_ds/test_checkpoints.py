@@ -76,3 +76,34 @@ def test_nothing_left_to_train(tmp_path, capsys):
     rc = train.main(["--dry-run", "--model", "llama-tiny", "--run-dir", str(tmp_path / "run"), "--resume",
                      "--checkpoint-dir", str(tmp_path / "ckpt"), "--steps", "10"])
     assert rc == 2 and "nothing left to train" in capsys.readouterr().err
+
+
+def _zero_tag(root, name, world, ranks):
+    """A ZeRO tag as DeepSpeed writes it: the model states recording dp_world_size, one optimizer partition per
+    rank of ``ranks``."""
+    import pickle
+
+    tag = root / name
+    tag.mkdir(parents=True)
+    with zipfile.ZipFile(tag / "mp_rank_00_model_states.pt", "w") as z:
+        z.writestr("mp_rank_00_model_states/data.pkl",
+                   pickle.dumps({"module": None, "dp_world_size": world, "mp_world_size": 1}, protocol=2))
+    for r in ranks:
+        with zipfile.ZipFile(tag / f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt", "w") as z:
+            z.writestr("archive/data.pkl", b"x" * 100)
+    return tag
+
+
+def test_a_zero_tag_without_every_ranks_partition_is_torn_even_when_latest_names_it(tmp_path):
+    _zero_tag(tmp_path, "step30", 2, [0, 1])
+    _zero_tag(tmp_path, "step35", 2, [0])  # rank 1 was killed before it saved its partition
+    (tmp_path / "latest").write_text("step35")
+    assert checkpoints.saved_world(tmp_path / "step35") == 2 and checkpoints.dp_world(tmp_path / "step30") == 2
+    chosen = checkpoints.choose(tmp_path)
+    assert chosen["tag"] == "step30"
+    assert chosen["skipped"][0]["why"].endswith("is torn: it was saved by 2 ranks and has no ZeRO partition of rank 1")
+
+
+def test_the_world_a_tag_was_saved_by_is_read_without_torch(tmp_path):
+    assert checkpoints.saved_world(_zero_tag(tmp_path, "step4", 3, [0, 1, 2])) == 3
+    assert checkpoints.saved_world(tmp_path / "nothing") is None

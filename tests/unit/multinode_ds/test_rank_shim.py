@@ -71,3 +71,20 @@ def test_hostile_arguments_and_values_arrive_verbatim_and_run_nothing(tmp_path):
     assert seen["v"] == "$(touch %s/pwned-env); `id`" % tmp_path
     assert seen["s"].startswith("s3cr3t; ")
     assert not list(tmp_path.glob("pwned*"))
+
+
+def test_a_later_attempt_gets_the_newest_whole_checkpoint_as_its_resume_tag(tmp_path):
+    import zipfile
+
+    from multinode_ds.rank import resume_tag
+
+    env = {"MULTINODE_DS_ATTEMPT": "2", "MULTINODE_DS_CHECKPOINT_DIR": str(tmp_path)}
+    assert resume_tag(env) == ""
+    for tag in ("step4", "step6"):
+        (tmp_path / tag).mkdir()
+        with zipfile.ZipFile(tmp_path / tag / "mp_rank_00_model_states.pt", "w") as z:
+            z.writestr("archive/data.pkl", b"x")
+    (tmp_path / "step8").mkdir()  # torn: no model states
+    assert resume_tag(env) == "step6"
+    assert resume_tag(dict(env, MULTINODE_DS_ATTEMPT="1")) == ""
+    assert resume_tag({"MULTINODE_DS_ATTEMPT": "3"}) == ""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from multinode_ds import train
+from multinode_ds import checkpoints, train
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -166,3 +166,44 @@ def test_a_real_run_on_one_cpu_rank(tmp_path):
     assert records[0]["start_step"] == 0 and records[0]["resumed_from"] is None and records[0]["host"] == "node-a"
     assert records[-1]["steps"] == 3 and records[-1]["final_loss"] == records[-2]["loss"]
     assert records[1]["tokens_per_sec"] == pytest.approx(4 * 32 / records[1]["step_time"])
+
+
+def test_resume_if_any_starts_from_step_0_without_a_checkpoint(tmp_path, capsys):
+    assert train.resume_checkpoint(args("--resume-if-any"), FakeEngine(None, None), str(tmp_path), 0) == (0, None)
+    assert "no whole checkpoint to resume from, starting from step 0" in capsys.readouterr().out
+    whole_tag(tmp_path, "step4")
+    engine = FakeEngine(str(tmp_path / "step4"), {"step": 4})
+    assert train.resume_checkpoint(args("--resume-if-any"), engine, str(tmp_path), 0)[0] == 4
+
+
+def test_a_checkpoint_of_another_world_is_converted_once_by_rank_0_with_ds_to_universal(tmp_path, monkeypatch):
+    import torch.distributed as dist
+
+    whole_tag(tmp_path, "step4")
+    (tmp_path / "step4" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(
+        (tmp_path / "step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").read_bytes())
+    assert checkpoints.dp_world(tmp_path / "step4") == 2
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
+    monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
+    ranks = train.Ranks(0, 1, 0, "w1", True, None)
+    # The same world, or no resume: a plain load.
+    assert train.universal_resume(args(), str(tmp_path), ranks) is None
+    assert train.universal_resume(args("--resume"), str(tmp_path), ranks._replace(world=2)) is None
+    where = train.universal_resume(args("--resume-if-any"), str(tmp_path), ranks)
+    assert where == str(tmp_path) + ".universal"
+    argv = calls[0]
+    assert argv[1:4] == ["-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder"]
+    assert argv[argv.index("--output_folder") + 1] == str(tmp_path) + ".universal/step4"
+    assert "--inject_missing_state" in argv and calls[1] == "barrier"
+    # Another rank only waits.
+    calls.clear()
+    train.universal_resume(args("--resume"), str(tmp_path), ranks._replace(rank=1, world=1))
+    assert calls == ["barrier"]
+
+
+def test_the_generated_config_loads_a_universal_checkpoint_and_accumulates():
+    a = args("--grad-accum", "2")
+    a.load_universal = True
+    config = train.deepspeed_config(a, train.Ranks(0, 1, 0, "w1", True, None), 1000)
+    assert config["checkpoint"] == {"load_universal": True} and config["gradient_accumulation_steps"] == 2

@@ -67,3 +67,18 @@ def test_the_run_accounts_uid_on_the_coordinator_reaches_the_kubernetes_pods():
     assert res["job"]["backend_options"]["run_as_user"] == 2000
     tv["hostvars"]["coord"]["multinode_node"] = {"uid": 0}
     assert action({}).run(task_vars=tv)["job"]["backend_options"]["run_as_user"] is None
+
+
+def test_quarantined_workers_take_no_ranks_and_are_named_until_let_out(tmp_path):
+    path = tmp_path / "quarantine.json"
+    path.write_text('{"nodes": {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}}}')
+    res = action({}).run(task_vars=task_vars(run_id="r1", quarantine_file=str(path)))
+    assert res["job"]["rank_hosts"] == ["worker1"]
+    assert res["warnings"] == ["worker2 is quarantined since 1970-01-01 00:00 UTC (lost twice in run r0); "
+                               "-e unquarantine=worker2 to use it again"]
+    res = action({}).run(task_vars=task_vars(run_id="r2", quarantine_file=str(path), unquarantine="worker2"))
+    assert res["job"]["rank_hosts"] == ["worker1", "worker2"] and not res.get("warnings")
+    assert '"nodes": {}' in path.read_text()
+    path.write_text("[]")
+    res = action({}).run(task_vars=task_vars(run_id="r3", quarantine_file=str(path)))
+    assert res["failed"] and "The quarantine file cannot be read" in res["msg"]

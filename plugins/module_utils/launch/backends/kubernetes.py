@@ -56,7 +56,12 @@ class Options(backends.Options):
         return opts
 
     def check(self, job):
-        return k8s.check(job, job["backend_options"])
+        problems = k8s.check(job, job["backend_options"])
+        if job.get("restarts"):
+            # A run's objects are named by its run id: a next attempt would need a generation of its own.
+            problems.append("restarts=%d: a Kubernetes run is not restarted by the play (its pods are named by the "
+                            "run id). Fix: -e restarts=0, or -e backend=pdsh or ssh-free" % job["restarts"])
+        return problems
 
 
 class Start(backends.Start):

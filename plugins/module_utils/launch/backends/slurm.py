@@ -79,6 +79,10 @@ class Options(backends.Options):
             problems.append("backend=slurm gives every node the same number of GPUs (--gres=gpu:N), but the ranks per "
                             "node differ (%s). Fix: the same deepspeed_slots on every node, or -e hosts= the nodes "
                             "with as many GPUs" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
+        if job.get("restarts"):
+            # A next attempt would be a new job without the lost node (--exclude) and the node drained.
+            problems.append("restarts=%d: a Slurm run is not restarted by the play. Fix: -e restarts=0, or -e "
+                            "backend=pdsh or ssh-free" % job["restarts"])
         return problems
 
 

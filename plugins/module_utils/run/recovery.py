@@ -1,0 +1,349 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Recovery of a failed run: why an attempt ended, whether another one starts, on which nodes, which nodes are
+quarantined, and how much of the wall time counted (goodput).
+
+Pure Python, no Ansible import: unit-tested on the controller.  The input is what an attempt's summary
+(``run_summary``'s ``summary.json``) says about it.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+import re
+import time
+
+# The controller's file of quarantined nodes unless the inventory sets quarantine_file.
+QUARANTINE_FILE = "~/.cache/multinode-deepspeed/quarantine.json"
+
+# What ended an attempt.  The first five may be retried; the others never are.
+LOST, STALLED, KILLED, ERROR, LAUNCHER = "lost", "stalled", "killed", "error", "launcher"
+SUCCESS, INTERRUPTED, TIMEOUT, DISK, QUEUE, UNKNOWN = "success", "interrupted", "timeout", "disk", "queue", "unknown"
+RECOVERABLE = (LOST, STALLED, KILLED, ERROR, LAUNCHER)
+NOT_RETRIED = {
+    INTERRUPTED: "stopped by the user (Ctrl-C); not retried",
+    TIMEOUT: "the run's timeout covers every attempt; not retried",
+    DISK: "a full disk fails the next attempt too; not retried",
+    QUEUE: "the job waited in the queue too long; not retried",
+    UNKNOWN: "the cause is not known; not retried",
+}
+
+# The words of the watch's and the summary's reasons that name each ending (module_utils/run/watch.py).
+_REASONS = (
+    (INTERRUPTED, re.compile(r"^interrupted|Ctrl-C|KeyboardInterrupt")),
+    (TIMEOUT, re.compile(r"exceeded its timeout")),
+    (DISK, re.compile(r"^disk full")),
+    (QUEUE, re.compile(r"waited in the queue")),
+    (STALLED, re.compile(r"stall", re.I)),
+    (LAUNCHER, re.compile(r"no agent started on|launcher .*(died|gone)")),
+)
+# A launcher that exited non-zero: the rank that failed first, when one did, says more.
+_LAUNCHER_EXIT = re.compile(r"the launcher on \S+ exited")
+
+
+def _reason(summary):
+    """The first words that say why the attempt ended: the watch's reason, else the abort's, else the first
+    problem."""
+    watch = summary.get("watch") or {}
+    abort = summary.get("abort") or {}
+    problems = summary.get("problems") or []
+    return str(watch.get("reason") or abort.get("cause") or abort.get("reason") or (problems[0] if problems else ""))
+
+
+def _last_line(failure):
+    """The failed rank's last log line that says something (its error), or the launcher's exit line."""
+    lines = [ln.strip() for ln in str((failure or {}).get("last_lines") or "").splitlines() if ln.strip()]
+    return lines[-1][-300:] if lines else str((failure or {}).get("line") or "")[-300:]
+
+
+def gone_nodes(summary):
+    """The nodes of a failed attempt whose agent never ended its part (its last record still says running) while
+    the others did: the node went away - stopped, rebooted, its agent killed - even when it answered again before
+    the watch looked, and a peer's rank failing first was a consequence."""
+    nodes = summary.get("nodes") or {}
+    if summary.get("status") == "success" or not any(n.get("state") in ("aborted", "finished") for n in nodes.values()):
+        return []
+    return sorted(h for h, n in nodes.items() if n.get("state") == "running")
+
+
+def ending(summary):
+    """Why an attempt ended, from its summary: ``{"kind", "why", "nodes" (the nodes that failed), "step" (the last
+    step a rank recorded, or None), "signature" (rank, step and last line of the failure; None without one)}``."""
+    failure = summary.get("failure") or {}
+    reason = _reason(summary)
+    lost = list(summary.get("lost") or []) or gone_nodes(summary)
+    step = summary.get("last_step")
+    # The bundled trainer records its steps; a user's script does not, so its step is never known.
+    metrics = summary.get("entrypoint") in (None, "multinode_ds.train")
+    out = {"kind": UNKNOWN, "why": reason, "nodes": lost, "step": step, "signature": None, "metrics": metrics}
+    if summary.get("status") == "success":
+        out.update(kind=SUCCESS, why="finished", nodes=[])
+        return out
+    kind = next((k for k, pattern in _REASONS if pattern.search(reason)), None)
+    if kind in (INTERRUPTED, TIMEOUT, DISK, QUEUE):
+        out["kind"] = kind
+        return out
+    if lost:
+        out.update(kind=LOST, why="%s lost (%s)" % (", ".join(lost), reason or "no heartbeat"))
+        return out
+    if kind is None and failure.get("exit_code") is not None:
+        kind = KILLED if failure.get("signal") else ERROR
+    if kind is None and _LAUNCHER_EXIT.search(reason):
+        kind = LAUNCHER
+    if kind is None:
+        return out
+    host = failure.get("host")
+    out.update(kind=kind, nodes=[host] if host else [])
+    if failure:
+        # A signal says what happened to the rank; an error, its last log line.
+        what = "killed by %s" % failure.get("signal") if kind == KILLED else _last_line(failure)
+        out["signature"] = [failure.get("rank"), step, what]
+        at = " at step %s" % step if step is not None else ""
+        if kind == KILLED:
+            out["why"] = "rank %s on %s killed by %s%s" % (failure.get("rank"), host, failure.get("signal"), at)
+        elif kind == ERROR:
+            out["why"] = "rank %s on %s exited with %s%s: %s" % (failure.get("rank"), host, failure.get("exit_code"),
+                                                                 at, what)
+    return out
+
+
+def judge(attempts, restarts):
+    """Whether another attempt starts after the last of ``attempts`` (each an ``ending`` with its ``attempt``
+    number), with ``restarts`` the budget: ``(retry, why)``."""
+    last = attempts[-1]
+    number = len(attempts)
+    if last["kind"] == SUCCESS:
+        return False, "finished"
+    if last["kind"] not in RECOVERABLE:
+        return False, NOT_RETRIED.get(last["kind"], NOT_RETRIED[UNKNOWN])
+    if number == 1 and last.get("metrics", True) and not last.get("step"):
+        return False, "failed before its first step (a bad config, an import error): not retried"
+    if number >= 2 and last.get("signature") and last["signature"] == attempts[-2].get("signature"):
+        rank, step, line = last["signature"]
+        where = "rank %s%s" % (rank, " at step %s" % step if step is not None else "")
+        return False, "the same failure twice (%s: %s); not retried" % (where, line)
+    if number > restarts:
+        return False, "the restart budget is spent (restarts=%d)" % restarts
+    return True, "%s: retried (attempt %d of at most %d)" % (last["kind"], number + 1, restarts + 1)
+
+
+def next_nodes(nodes, failed, back, spares, quarantined, min_nodes=None):
+    """Where the next attempt runs: ``{"nodes", "replaced": {failed: spare}, "dropped": [...]}`` or
+    ``{"error": why}``.
+
+    ``nodes``: the last attempt's rank nodes, in order; ``failed``: those that failed; ``back``: the failed ones
+    that came back and passed their check; ``spares``: the spare nodes free for this run, in order;
+    ``quarantined``: nodes never used; ``min_nodes``: the fewest nodes the run may go on with (None: as many as
+    now)."""
+    free = [s for s in spares if s not in nodes and s not in quarantined]
+    out, replaced, dropped = [], {}, []
+    for node in nodes:
+        if node not in failed or (node in back and node not in quarantined):
+            out.append(node)
+        elif free:
+            replaced[node] = free.pop(0)
+            out.append(replaced[node])
+        else:
+            dropped.append(node)
+    floor = len(nodes) if min_nodes is None else int(min_nodes)
+    if not out or len(out) < floor:
+        gone = ", ".join(dropped)
+        return {"error": "%s did not come back and no spare is free: %d node(s) left, %d needed. Fix: add a node "
+                         "to the spares group, or -e min_nodes=%d to go on with fewer" % (
+                             gone, len(out), floor, max(len(out), 1))}
+    return {"nodes": out, "replaced": replaced, "dropped": dropped}
+
+
+def accumulation(global_batch, micro_batch, world_size):
+    """The gradient accumulation that keeps ``global_batch`` at ``world_size`` ranks of ``micro_batch``:
+    ``(steps, exact)``; when it does not divide, the nearest count that does not exceed it (at least 1)."""
+    per_step = micro_batch * world_size
+    steps = max(1, global_batch // per_step)
+    return steps, steps * per_step == global_batch
+
+
+# The endings that are a node's fault (an exception of the script's, or a rank the OOM killer chose, is not).
+NODE_FAULTS = (LOST, STALLED, LAUNCHER)
+
+
+def failures_by_node(attempts):
+    """``{node: [kind, ...]}``: the node faults of each node across ``attempts``."""
+    out = {}
+    for attempt in attempts:
+        if attempt.get("kind") not in NODE_FAULTS:
+            continue
+        for node in attempt.get("nodes") or []:
+            out.setdefault(node, []).append(attempt.get("kind"))
+    return out
+
+
+def to_quarantine(attempts):
+    """The nodes that failed twice in this run, with why: ``{node: reason}``."""
+    out = {}
+    for node, kinds in failures_by_node(attempts).items():
+        if len(kinds) >= 2:
+            out[node] = "%s twice" % kinds[0] if kinds[0] == kinds[1] else "%s, then %s" % (kinds[0], kinds[1])
+    return out
+
+
+def load_quarantine(path):
+    """The quarantine file's nodes (``{node: {"since", "reason", "run_id"}}``); empty when there is none."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as fh:
+        text = fh.read()
+    data = json.loads(text) if text.strip() else {}
+    if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
+        raise ValueError("%s is not a quarantine file (a JSON object with nodes)" % path)
+    return data.get("nodes", {})
+
+
+def save_quarantine(path, nodes):
+    """Write the quarantine file whole (a temporary file and a rename)."""
+    directory = os.path.dirname(path)
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as fh:
+        json.dump({"nodes": nodes}, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.rename(tmp, path)
+
+
+def quarantine(nodes, add, run_id, release=(), now=None):
+    """``nodes`` (the quarantine file's) with ``add`` (``{node: reason}``) quarantined in ``run_id`` and the nodes
+    of ``release`` let out again."""
+    out = dict((k, v) for k, v in nodes.items() if k not in release)
+    for node, reason in add.items():
+        out[node] = {"since": now if now is not None else time.time(), "reason": reason, "run_id": run_id}
+    return out
+
+
+def quarantine_lines(nodes, inventory_nodes):
+    """One line for every quarantined node of the inventory, as every plan shows it."""
+    lines = []
+    for node in sorted(n for n in nodes if n in inventory_nodes):
+        rec = nodes[node]
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(rec.get("since") or 0)))
+        lines.append("%s is quarantined since %s (%s in run %s); -e unquarantine=%s to use it again" % (
+            node, since, rec.get("reason"), rec.get("run_id"), node))
+    return lines
+
+
+def counted_steps(attempts):
+    """Each attempt's steps that counted: those not done again by a later attempt (``[int]``).  An attempt is
+    ``{"start_step", "last_step"}``: the step it resumed from (0: from scratch) and the last one it recorded."""
+    out = []
+    for i, attempt in enumerate(attempts):
+        start = int(attempt.get("start_step") or 0)
+        end = int(attempt.get("last_step") or start)
+        if i + 1 < len(attempts):
+            end = min(end, int(attempts[i + 1].get("start_step") or 0))
+        out.append(max(0, end - start))
+    return out
+
+
+def goodput(attempts, wall_time):
+    """The share of ``wall_time`` spent on steps that counted: each attempt's counted steps at its mean step
+    time (``step_time``); None without a wall time."""
+    if not wall_time:
+        return None
+    useful = sum(n * float(a.get("step_time") or 0) for n, a in zip(counted_steps(attempts), attempts))
+    return round(min(1.0, useful / float(wall_time)), 4)
+
+
+def attempt_record(number, summary, rank0, started):
+    """One attempt as the run's summary lists it, from its own summary, rank 0's metrics records and the time it
+    started: nodes, start and end, why it ended, the step it resumed from, its last step, its first step's time
+    and mean step time."""
+    steps = [r for r in rank0 if r.get("event") == "step"]
+    end = ending(summary)
+    abort = summary.get("abort") or {}
+    times = [float(r["time"]) for r in rank0 if r.get("time") is not None]
+    return {
+        "attempt": number, "nodes": sorted(summary.get("hosts") or {}), "started": started,
+        "ended": float(abort.get("time") or (max(times) if times else started or 0)),
+        "status": summary.get("status"), "kind": end["kind"], "why": end["why"], "failed_nodes": end["nodes"],
+        "start_step": int(((summary.get("resume") or {}).get("start_step")) or 0),
+        "last_step": steps[-1]["step"] if steps else None,
+        "first_step_time": float(steps[0]["time"]) if steps and steps[0].get("time") is not None else None,
+        "step_time": (sum(float(r.get("step_time") or 0) for r in steps) / len(steps)) if steps else None,
+        "losses": [[r["step"], r["loss"]] for r in steps if r.get("loss") is not None],
+        "batch": summary.get("batch"),
+    }
+
+
+def run_summary(attempts, retries, wall_time):
+    """The run's summary over its ``attempts`` (``attempt_record``s, in order; ``retries``: each one's
+    ``(retried, why)``): the attempts with the steps each recomputed and the seconds from the fault to the next
+    attempt's first step, the goodput, and the run's status (the last attempt's)."""
+    out = []
+    for i, (attempt, (retried, why)) in enumerate(zip(attempts, retries)):
+        rec = dict((k, v) for k, v in attempt.items() if k != "losses")
+        rec.update(retried=retried, retry_reason=why, recomputed_steps=0, fault_to_first_step=None)
+        if i:
+            before = attempts[i - 1]
+            rec["recomputed_steps"] = max(0, int(before.get("last_step") or 0) - rec["start_step"])
+            if rec.get("first_step_time") is not None and before.get("ended"):
+                rec["fault_to_first_step"] = round(rec["first_step_time"] - float(before["ended"]), 1)
+            if rec["start_step"] == 0 and before.get("last_step"):
+                rec["note"] = "attempt %d started from step 0: the script did not resume" % rec["attempt"]
+            batch = rec.get("batch") or {}
+            if batch and not batch.get("exact"):
+                rec["note"] = ("attempt %d on %d node(s) kept the global batch of %d ranks only approximately "
+                               "(gradient accumulation %d)" % (rec["attempt"], len(rec["nodes"]),
+                                                               batch["global_world"], batch["grad_accum"]))
+        out.append(rec)
+    last = attempts[-1]
+    return {"attempts": out, "goodput": goodput(attempts, wall_time), "status": last.get("status"),
+            "restarted": len(attempts) - 1}
+
+
+def progress_line(number, restarts, nodes, before):
+    """The line the play shows as attempt ``number`` starts: its nodes and why the one ``before`` ended."""
+    return "attempt %d/%d on %s (%s)" % (number, restarts + 1, ", ".join(nodes), before["why"])
+
+
+# The fewest seconds worth starting an attempt for (the plan's least timeout).
+LEAST_TIMEOUT = 10
+
+
+def timeout_left(timeout, started, now):
+    """The seconds of the run's ``timeout`` (which covers every attempt) left at ``now`` for the run that
+    ``started``; None when too few are left to start another attempt."""
+    left = int(float(timeout) - (float(now) - float(started)))
+    return left if left >= LEAST_TIMEOUT else None
+
+
+# Seconds a failed node gets to answer when a free spare can take its place anyway.
+QUICK_LOOK = 5
+
+
+def wait_seconds(failed, spares_free, recover_wait):
+    """How long the play waits for the failed nodes to answer: a quick look when the free spares can take all their
+    places, else ``recover_wait``."""
+    return QUICK_LOOK if len(spares_free) >= len(failed) else int(recover_wait)
+
+
+def came_back(checks, fingerprints):
+    """The failed nodes that came back, from the play's node reads (``checks``: the loop's results, each with
+    ``item`` and, when it answered, ``ansible_facts.multinode_node``) and their stack fingerprints before the
+    failure: ``(back, notes)``, a node whose stack changed is not back."""
+    back, notes = [], []
+    for result in checks:
+        node = result.get("item")
+        if result.get("failed") or result.get("unreachable") or result.get("skipped"):
+            notes.append("%s did not answer: %s" % (node, str(result.get("msg") or "unreachable")[:200]))
+            continue
+        now = ((result.get("ansible_facts") or {}).get("multinode_node") or {}).get("stack_fingerprint")
+        before = (fingerprints or {}).get(node)
+        if before and now != before:
+            notes.append("%s came back with another stack (fingerprint %s, was %s): not used again" % (
+                node, now, before))
+            continue
+        back.append(node)
+    return back, notes

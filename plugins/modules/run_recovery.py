@@ -1,0 +1,312 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: run_recovery
+short_description: Decide whether a failed attempt of a run is retried, where the next one runs, and sum up them all
+version_added: "0.6.0"
+description:
+  - Runs on the controller (C(delegate_to) C(localhost)) over a run collected there with C(restarts) above 0, whose
+    attempts each have their own directory C(attempts/<n>/) with the summary M(multinode.deepspeed.run_summary)
+    wrote.
+  - O(step=judge) reads why the last attempt ended (a node lost or cut off, a rank killed by a signal or exiting
+    with an error, a stall, a launcher that died; or a timeout, Ctrl-C, a full disk, a job that waited in the queue
+    too long) and decides whether another attempt starts - not after a failure before the first step of the first
+    attempt, not after the same failure (rank, step and last error line) twice in a row, not past O(restarts). A
+    node that failed twice in the run is quarantined in O(quarantine_file). The decision is written to
+    C(attempts/<n>/recovery.json).
+  - O(step=place) chooses the next attempt's nodes - a failed node that came back (O(checks)) keeps its place, else
+    the first free spare takes it, else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
+    fix, when too few are left.
+  - O(step=finish) writes the run's C(summary.json) over every attempt (each one's nodes, start and end, why it ended
+    and whether it was retried, the step it resumed from, the steps it recomputed, the seconds from the fault to its
+    first step) with the C(goodput) - the share of the wall time spent on steps that counted - and C(report.md) with
+    C(plots/timeline.png).
+  - The decisions are C(plugins/module_utils/run/recovery.py)'s.
+options:
+  run_dir:
+    description: The run's directory on the controller (C(runs/<run_id>)), with C(attempts/<n>/summary.json).
+    type: path
+    required: true
+  run_id:
+    description: The run's id.
+    type: str
+    required: true
+  step:
+    description: What to do (see the description).
+    type: str
+    choices: [judge, place, finish]
+    required: true
+  attempt:
+    description: The number of the attempt that just ended (from 1).
+    type: int
+    required: true
+  restarts:
+    description: The attempts after the first the run may make.
+    type: int
+    default: 0
+  nodes:
+    description: The rank nodes of the attempt that ended, in order (O(step=place)).
+    type: list
+    elements: str
+    default: []
+  failed_nodes:
+    description: The nodes that failed in it (O(step=place); O(step=judge) returns them).
+    type: list
+    elements: str
+    default: []
+  spares:
+    description: The inventory's spare nodes (group C(spares)), in order.
+    type: list
+    elements: str
+    default: []
+  min_nodes:
+    description: The fewest rank nodes the run may go on with; unset - as many as it started with.
+    type: int
+  recover_wait:
+    description: Seconds a failed node gets to come back when no spare can take its place (O(step=judge) returns
+      the wait).
+    type: int
+    default: 120
+  checks:
+    description: The play's reads (M(multinode.deepspeed.node_facts), in a loop over the failed nodes that answered)
+      - a node is back when it answered and its stack fingerprint is the one in O(fingerprints) (O(step=place)).
+    type: list
+    elements: dict
+    default: []
+  fingerprints:
+    description: Node -> its stack fingerprint before the failure.
+    type: dict
+    default: {}
+  quarantine_file:
+    description: The controller's file of quarantined nodes (JSON).
+    type: path
+    default: ~/.cache/multinode-deepspeed/quarantine.json
+  started:
+    description: When the first attempt started (seconds since the epoch). O(step=judge) - the run's O(timeout) runs
+      from it; O(step=finish) - the wall time runs from it when the attempts' records do not say.
+    type: float
+  timeout:
+    description: The run's timeout in seconds, which covers every attempt (O(step=judge) returns what is left; none
+      is retried when less than 10 s is).
+    type: int
+author:
+  - multinode.deepspeed developers (@multinode)
+attributes:
+  check_mode:
+    support: full
+    description: Decides; writes neither the decision nor the quarantine file nor the summary.
+  diff_mode:
+    support: none
+    description: Shows no diff.
+"""
+
+EXAMPLES = r"""
+- name: Is the failed attempt retried?
+  multinode.deepspeed.run_recovery:
+    run_dir: "{{ runs_dir }}/{{ run_id }}"
+    run_id: "{{ run_id }}"
+    step: judge
+    attempt: 1
+    restarts: 2
+  delegate_to: localhost
+  register: recovery
+
+- name: Where does the next attempt run?
+  multinode.deepspeed.run_recovery:
+    run_dir: "{{ runs_dir }}/{{ run_id }}"
+    run_id: "{{ run_id }}"
+    step: place
+    attempt: 1
+    nodes: [worker1, worker2]
+    failed_nodes: [worker2]
+    checks: "{{ node_reads.results }}"
+    fingerprints: {worker2: 3f2a9c0d1e4b5a67}
+    spares: [worker3]
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+retry:
+  description: Whether another attempt starts (O(step=judge)).
+  returned: step is judge
+  type: bool
+why:
+  description: Why the attempt ended, and why it is (or is not) retried.
+  returned: step is judge
+  type: str
+  sample: "worker2 lost (node worker2 stopped answering (no heartbeat for 21s)); lost: retried (attempt 2 of at most 3)"
+failed_nodes:
+  description: The nodes that failed in the attempt.
+  returned: step is judge
+  type: list
+  elements: str
+spares_free:
+  description: The spares neither quarantined nor ranks of the attempt.
+  returned: step is judge
+  type: list
+  elements: str
+timeout_left:
+  description: Seconds of the run's O(timeout) left for the next attempt (null without O(timeout)).
+  returned: step is judge
+  type: int
+wait:
+  description: Seconds the play waits for the failed nodes to answer - a quick look when free spares can take their
+    places, else O(recover_wait).
+  returned: step is judge
+  type: int
+quarantined:
+  description: The nodes quarantined by this decision, with why.
+  returned: step is judge
+  type: dict
+nodes:
+  description: The next attempt's rank nodes (O(step=place)).
+  returned: step is place
+  type: list
+  elements: str
+replaced:
+  description: Failed node -> the spare that takes its place.
+  returned: step is place
+  type: dict
+line:
+  description: The line the play shows as the next attempt starts.
+  returned: step is place
+  type: str
+  sample: "attempt 2/3 on worker1, worker3 (worker2 lost (node worker2 stopped answering (no heartbeat for 21s)))"
+summary:
+  description: The run's summary over its attempts (O(step=finish)), as written to C(summary.json).
+  returned: step is finish
+  type: dict
+message:
+  description: How the run went, over its attempts.
+  returned: step is finish
+  type: str
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import attempts_markdown, plot_timeline
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
+
+
+def _json(path, default=None):
+    if not os.path.exists(path):
+        return default
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _attempt_dir(p, n):
+    return os.path.join(p["run_dir"], "attempts", str(n))
+
+
+def _endings(p):
+    """Every attempt's ending up to this one, from its summary.json."""
+    out = []
+    for n in range(1, p["attempt"] + 1):
+        end = recovery.ending(_json(os.path.join(_attempt_dir(p, n), "summary.json"), {}))
+        end["attempt"] = n
+        out.append(end)
+    return out
+
+
+def judge(module, p):
+    endings = _endings(p)
+    retry, why = recovery.judge(endings, p["restarts"])
+    last = endings[-1]
+    left = recovery.timeout_left(p["timeout"], p["started"], time.time()) if p["timeout"] and p["started"] else None
+    if retry and p["timeout"] and p["started"] and left is None:
+        retry, why = False, "the run's timeout of %ds covers every attempt and is spent; not retried" % p["timeout"]
+    quarantine = recovery.load_quarantine(p["quarantine_file"])
+    add = dict((n, r) for n, r in recovery.to_quarantine(endings).items() if n not in quarantine)
+    decision = {"retry": retry, "why": "%s; %s" % (last["why"], why) if last["why"] else why,
+                "kind": last["kind"], "failed_nodes": last["nodes"], "quarantined": add, "timeout_left": left}
+    changed = False
+    if not module.check_mode:
+        if add:
+            recovery.save_quarantine(p["quarantine_file"], recovery.quarantine(quarantine, add, p["run_id"]))
+        with open(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), "w") as fh:
+            json.dump(decision, fh, indent=2, sort_keys=True)
+        changed = True
+    quarantine.update(add)
+    decision["spares_free"] = [s for s in p["spares"] if s not in quarantine and s not in p["nodes"]]
+    decision["wait"] = recovery.wait_seconds(last["nodes"], decision["spares_free"], p["recover_wait"])
+    module.exit_json(changed=changed, **decision)
+
+
+def place(module, p):
+    quarantine = recovery.load_quarantine(p["quarantine_file"])
+    back, notes = recovery.came_back(p["checks"], p["fingerprints"])
+    out = recovery.next_nodes(p["nodes"], p["failed_nodes"], back, p["spares"], quarantine, p["min_nodes"])
+    out["notes"] = notes
+    if "error" in out:
+        module.fail_json(msg="The run cannot go on: %s%s." % (out["error"], "".join("; " + n for n in notes)), **out)
+    before = _json(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), {}) or {"why": "failed"}
+    line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], before)
+    module.exit_json(changed=False, line=line, **out)
+
+
+def finish(module, p):
+    records, retries = [], []
+    for n in range(1, p["attempt"] + 1):
+        directory = _attempt_dir(p, n)
+        summary = _json(os.path.join(directory, "summary.json"), {}) or {}
+        rank0 = os.path.join(directory, "metrics", "rank0.jsonl")
+        with open(rank0) if os.path.exists(rank0) else open(os.devnull) as fh:
+            records.append(recovery.attempt_record(n, summary, read_jsonl(fh.read()), summary.get("started")))
+        decision = _json(os.path.join(directory, "recovery.json"), {}) or {}
+        retries.append((bool(decision.get("retry")), decision.get("why") or records[-1]["why"]))
+    last = _json(os.path.join(_attempt_dir(p, p["attempt"]), "summary.json"), {}) or {}
+    summary = dict(last, run_id=p["run_id"])
+    # From the first attempt's start to the last one's end (now, when the records do not say).
+    first = records[0].get("started") or p["started"]
+    wall_time = (records[-1].get("ended") or time.time()) - first if first else None
+    summary.update(recovery.run_summary(records, retries, wall_time), wall_time=wall_time)
+    timeline = os.path.join(p["run_dir"], "plots", "timeline.png")
+    message = "%s after %d attempt(s): %s" % (summary["status"], p["attempt"], "; ".join(
+        "attempt %d: %s" % (a["attempt"], a["retry_reason"]) for a in summary["attempts"]))
+    summary["message"] = message
+    if not module.check_mode:
+        plot_timeline(records, [r["losses"] for r in records], timeline)
+        with open(os.path.join(p["run_dir"], "summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=2, sort_keys=True)
+        with open(os.path.join(p["run_dir"], "report.md"), "w") as fh:
+            fh.write(attempts_markdown(summary, "plots/timeline.png"))
+    module.exit_json(changed=not module.check_mode, summary=summary, message=message)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path", required=True), run_id=dict(type="str", required=True),
+            step=dict(type="str", required=True, choices=["judge", "place", "finish"]),
+            attempt=dict(type="int", required=True), restarts=dict(type="int", default=0),
+            nodes=dict(type="list", elements="str", default=[]),
+            failed_nodes=dict(type="list", elements="str", default=[]),
+            spares=dict(type="list", elements="str", default=[]), min_nodes=dict(type="int"),
+            started=dict(type="float"), recover_wait=dict(type="int", default=120), timeout=dict(type="int"),
+            checks=dict(type="list", elements="dict", default=[]), fingerprints=dict(type="dict", default={}),
+            quarantine_file=dict(type="path", default="~/.cache/multinode-deepspeed/quarantine.json"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        {"judge": judge, "place": place, "finish": finish}[p["step"]](module, p)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg="run_recovery (%s) could not read or write %s: %s" % (p["step"], p["run_dir"], exc))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""The plan of a run with restarts: its settings checked, each attempt's own directory, the trainer resuming."""
+import datetime
+
+import pytest
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
+
+NOW = datetime.datetime(2026, 11, 25, 9, 0, 0)
+
+
+def worker(addr):
+    return {"slots": 1, "gpus": 0, "accelerator": None, "address": addr, "memtotal_mb": 4096, "interface": "eth0",
+            "env": {}}
+
+
+WORKERS = {"worker1": worker("10.89.0.11"), "worker2": worker("10.89.0.12")}
+
+
+def test_a_run_without_restarts_keeps_one_directory():
+    job = plan({"run_id": "r1"}, WORKERS, ["coord"], NOW)
+    assert (job["restarts"], job["recover_wait"], job["attempt"], job["min_nodes"]) == (0, 120, 1, None)
+    assert job["run_dir"] == "/srv/multinode-deepspeed/runs/r1" and job["attempt_path"] == ""
+    assert job["env"]["MULTINODE_DS_ATTEMPT"] == "1"
+
+
+def test_each_attempt_has_its_directory_and_a_later_one_resumes_if_it_can():
+    first = plan({"run_id": "r1", "restarts": "2"}, WORKERS, ["coord"], NOW)
+    assert first["run_dir"] == "/srv/multinode-deepspeed/runs/r1/attempts/1" and first["attempt_path"] == "attempts/1"
+    assert "--resume-if-any" not in first["program"] and "--resume" not in first["program"]
+    second = plan({"run_id": "r1", "restarts": 2, "attempt": 2, "hosts": "worker1"}, WORKERS, ["coord"], NOW)
+    assert second["run_dir"].endswith("/runs/r1/attempts/2") and second["rank_hosts"] == ["worker1"]
+    assert second["program"][second["program"].index("--run-dir") + 1] == second["run_dir"]
+    assert "--resume-if-any" in second["program"] and second["env"]["MULTINODE_DS_ATTEMPT"] == "2"
+    # -e resume=true is the user's: the first checkpoint must exist, every attempt loads it.
+    resumed = plan({"run_id": "r1", "restarts": 2, "attempt": 2, "resume": True}, WORKERS, ["coord"], NOW)
+    assert "--resume" in resumed["program"] and "--resume-if-any" not in resumed["program"]
+
+
+@pytest.mark.parametrize("settings, text", [
+    ({"restarts": "-1"}, "restarts=-1 must be a whole number in 0-100. Fix: -e restarts=<attempts after the first>"),
+    ({"restarts": "101"}, "restarts=101 must be a whole number in 0-100"),
+    ({"recover_wait": "forever"}, "recover_wait=forever must be a whole number in 0-3600. Fix: -e recover_wait=<seconds>"),
+    ({"min_nodes": "0"}, "min_nodes=0 must be a whole number in 1-10000. Fix: -e min_nodes=<nodes>"),
+    ({"restarts": "1", "attempt": "3"}, "attempt=3 is past restarts=1"),
+])
+def test_bad_recovery_settings_are_named_with_their_fix(settings, text):
+    with pytest.raises(JobError, match=None) as err:
+        plan(dict(settings, run_id="r1"), WORKERS, ["coord"], NOW)
+    assert text in str(err.value)
+
+
+def test_a_kubernetes_run_is_not_restarted_by_the_play():
+    with pytest.raises(JobError) as err:
+        plan({"run_id": "r1", "restarts": 1, "backend": "kubernetes", "k8s_image": "reg/img:1"}, WORKERS, ["coord"],
+             NOW)
+    assert "restarts=1: a Kubernetes run is not restarted by the play" in str(err.value)
+
+
+def test_a_slurm_run_is_not_restarted_by_the_play():
+    with pytest.raises(JobError) as err:
+        plan({"run_id": "r1", "restarts": 2, "backend": "slurm"}, WORKERS, ["coord"], NOW)
+    assert "restarts=2: a Slurm run is not restarted by the play" in str(err.value)
+
+
+def test_on_fewer_nodes_the_trainer_keeps_the_global_batch_by_accumulation():
+    one = plan({"run_id": "r1", "restarts": 1, "attempt": 2, "hosts": "worker1", "global_world": "2"}, WORKERS,
+               ["coord"], NOW)
+    assert one["batch"] == {"grad_accum": 2, "exact": True, "global_world": 2}
+    assert one["program"][one["program"].index("--grad-accum") + 1] == "2"
+    three = dict(WORKERS, worker3=worker("10.89.0.13"))
+    two = plan({"run_id": "r1", "restarts": 1, "attempt": 2, "hosts": "worker1,worker2", "global_world": "3"},
+               three, ["coord"], NOW)
+    assert two["batch"] == {"grad_accum": 1, "exact": False, "global_world": 3}
+    same = plan({"run_id": "r1", "restarts": 1, "attempt": 2, "global_world": "2"}, WORKERS, ["coord"], NOW)
+    assert same["batch"] is None and "--grad-accum" not in same["program"]

@@ -1,0 +1,72 @@
+"""run_recovery over a run's attempt directories: judge, place, finish (the decisions are recovery.py's)."""
+import json
+
+from ansible_collections.multinode.deepspeed.plugins.modules import run_recovery
+
+
+def _attempt(run, n, summary, steps, t0):
+    d = run / "attempts" / str(n)
+    (d / "metrics").mkdir(parents=True)
+    (d / "summary.json").write_text(json.dumps(summary))
+    recs = [{"event": "step", "step": s, "loss": 6.0 - s / 10.0, "step_time": 0.5, "time": t0 + i * 0.5}
+            for i, s in enumerate(steps)]
+    (d / "metrics" / "rank0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+LOST = {"status": "failed", "lost": ["worker2"], "hosts": {"worker1": [0], "worker2": [1]}, "last_step": 14,
+        "watch": {"status": "failed", "reason": "node worker2 stopped answering (no heartbeat for 21s)"},
+        "abort": {"reason": "node worker2 stopped answering", "time": 1010.0}, "started": 1000.0, "problems": []}
+DONE = {"status": "success", "hosts": {"worker1": [0], "worker3": [1]}, "last_step": 30, "started": 1020.0,
+        "resume": {"start_step": 10, "from_tag": "step10"}, "problems": []}
+
+
+def test_judge_place_and_finish_a_run_that_lost_a_node(tmp_path, run_module):
+    run, quarantine = tmp_path / "r1", str(tmp_path / "q.json")
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 2, "quarantine_file": quarantine,
+            "nodes": ["worker1", "worker2"], "spares": ["worker3"]}
+    res = run_module(run_recovery, dict(base, step="judge"))
+    assert res["retry"] is True and res["failed_nodes"] == ["worker2"] and res["spares_free"] == ["worker3"]
+    assert res["wait"] == 5 and res["why"].startswith("worker2 lost (node worker2 stopped answering")
+    assert json.loads((run / "attempts" / "1" / "recovery.json").read_text())["retry"] is True
+    res = run_module(run_recovery, dict(base, step="place", failed_nodes=["worker2"], checks=[]))
+    assert res["nodes"] == ["worker1", "worker3"] and res["replaced"] == {"worker2": "worker3"}
+    assert res["line"].startswith("attempt 2/3 on worker1, worker3 (worker2 lost")
+    _attempt(run, 2, DONE, range(11, 31), 1025.0)
+    res = run_module(run_recovery, dict(base, step="finish", attempt=2, started=1000.0))
+    summary = json.loads((run / "summary.json").read_text())
+    assert res["summary"]["attempts"] == summary["attempts"] and summary["status"] == "success"
+    first, second = summary["attempts"]
+    assert (first["kind"], first["retried"], second["start_step"], second["recomputed_steps"]) == ("lost", True, 10, 4)
+    assert second["fault_to_first_step"] == 15.0 and 0 < summary["goodput"] < 1
+    assert (run / "plots" / "timeline.png").stat().st_size > 0
+    assert "| [2](attempts/2/report.md) | worker1, worker3 | 10-30 |" in (run / "report.md").read_text()
+
+
+def test_place_fails_naming_the_fix_when_no_node_is_left(tmp_path, run_module):
+    run = tmp_path / "r1"
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1,
+                                    "step": "place", "nodes": ["worker1", "worker2"], "failed_nodes": ["worker2"],
+                                    "quarantine_file": str(tmp_path / "q.json"),
+                                    "checks": [{"item": "worker2", "failed": True, "msg": "timed out"}]})
+    assert res["failed"] is True
+    assert "The run cannot go on: worker2 did not come back and no spare is free" in res["msg"]
+    assert "-e min_nodes=1" in res["msg"] and "worker2 did not answer: timed out" in res["msg"]
+    # A node that came back with another stack is not used again.
+    res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1,
+                                    "step": "place", "nodes": ["worker1", "worker2"], "failed_nodes": ["worker2"],
+                                    "quarantine_file": str(tmp_path / "q.json"), "min_nodes": 1,
+                                    "fingerprints": {"worker2": "aaa"},
+                                    "checks": [{"item": "worker2", "ansible_facts": {
+                                        "multinode_node": {"stack_fingerprint": "bbb"}}}]})
+    assert res["nodes"] == ["worker1"] and "worker2 came back with another stack" in res["notes"][0]
+
+
+def test_no_attempt_starts_when_the_runs_timeout_is_spent(tmp_path, run_module):
+    run = tmp_path / "r1"
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 2,
+                                    "step": "judge", "timeout": 60, "started": 1000.0,
+                                    "quarantine_file": str(tmp_path / "q.json")})
+    assert res["retry"] is False and "timeout of 60s covers every attempt and is spent" in res["why"]
