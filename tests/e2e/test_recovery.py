@@ -19,6 +19,14 @@ def _losses(run_id, attempt):
     return [r["loss"] for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "step"]
 
 
+def put_user_script(name, as_name):
+    """tests/e2e/files/<name> as the user's script /shared/user/<as_name>, readable by the run's account."""
+    script = (Path(__file__).parent / "files" / name).read_text()
+    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && "
+                 f"cat > /shared/user/{as_name}", input=script)
+    assert res.returncode == 0, res.stderr
+
+
 def train_with_fault(run_playbook, run_id, fault, extra, name):
     """train.yml (600 steps of about 20 ms here, a checkpoint every 50) with ``fault()`` once rank 0 of the first
     attempt reached step 60; the run must end well. Returns the play's result and the run's summary."""
@@ -54,10 +62,7 @@ def test_a_killed_rank_is_retried_from_the_newest_checkpoint_on_the_same_nodes(p
 
 
 def test_the_same_failure_twice_is_not_retried(provisioned, run_playbook):
-    script = (Path(__file__).parent / "files" / "fail_at_step.py").read_text()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && "
-                 "cat > /shared/user/fail_at_step.py", input=script)
-    assert res.returncode == 0, res.stderr
+    put_user_script("fail_at_step.py", "fail_at_step.py")
     run_id = f"e2e-recover-same-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "restarts=3", "-e", "entrypoint=/shared/user/fail_at_step.py",
                        "-e", f"run_id={run_id}", "-e", "preflight=false", name="recover-same")
@@ -194,10 +199,7 @@ def _rank_log_says(run_id, attempt, rank, text, seconds=300):
 
 
 def test_a_users_script_resumes_from_its_own_checkpoint_across_a_killed_rank(provisioned, run_playbook):
-    script = (Path(__file__).parent / "files" / "user_resume_script.py").read_text()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && "
-                 "cat > /shared/user/resume_mlp.py", input=script)
-    assert res.returncode == 0, res.stderr
+    put_user_script("user_resume_script.py", "resume_mlp.py")
     run_id = f"e2e-recover-user-{int(time.time())}"
     kill = ["exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u /shared/user/resume_mlp.py"]
     at = {}
