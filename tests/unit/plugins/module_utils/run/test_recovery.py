@@ -19,7 +19,7 @@ def _fixture(name):
     ("cut.json", recovery.LOST, ["worker2"]),        # worker2's network cut: the run stalled, worker2 named
     ("disk-full.json", recovery.DISK, []),           # the shared disk filled (test_hardening_runs.py)
     ("timeout.json", recovery.TIMEOUT, None),        # the run's timeout (test_slurm_cluster.py)
-    # worker2 stopped and started 20 s later: its agent never ended, a peer's rank failed first (test_recovery.py)
+    # worker2 stopped and started 20 s later: its agent never ended, a peer's rank failed first (test_restarts.py)
     ("rebooted.json", recovery.LOST, ["worker2"]),
 ])
 def test_endings_of_real_failures(name, kind, nodes):
