@@ -24,6 +24,7 @@ import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.recovery import accumulation
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
 # The one place for the collection's default paths and settings (what the roles install).
@@ -218,8 +219,8 @@ def batch(job):
     first, world = job.get("global_world"), job.get("world_size")
     if not first or not world or first == world or job.get("entrypoint"):
         return None
-    accum = max(1, first // world)
-    return {"grad_accum": accum, "exact": accum * world == first, "global_world": first}
+    accum, exact = accumulation(first, 1, world)
+    return {"grad_accum": accum, "exact": exact, "global_world": first}
 
 
 def program(job, settings):
