@@ -28,6 +28,7 @@ SETTINGS = {
     # The inventory's train_restarts first, so that -e restarts wins.
     "train_restarts": "restarts", "restarts": "restarts", "train_recover_wait": "recover_wait",
     "recover_wait": "recover_wait", "train_min_nodes": "min_nodes", "min_nodes": "min_nodes",
+    "unquarantine": "unquarantine",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
 

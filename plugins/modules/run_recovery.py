@@ -23,7 +23,8 @@ description:
     node that failed twice in the run is quarantined in O(quarantine_file). The decision is written to
     C(attempts/<n>/recovery.json).
   - O(step=place) chooses the next attempt's nodes - a failed node that came back (O(checks)) keeps its place, else
-    the first free spare takes it, else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
+    the first free spare that passes its check (O(spare_checks)) and no other run holds takes it, held for this run
+    in O(spares_file), else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
     fix, when too few are left.
   - O(step=finish) writes the run's C(summary.json) over every attempt (each one's nodes, start and end, why it ended
     and whether it was retried, the step it resumed from, the steps it recomputed, the seconds from the fault to its
@@ -89,6 +90,24 @@ options:
     description: The controller's file of quarantined nodes (JSON).
     type: path
     default: ~/.cache/multinode-deepspeed/quarantine.json
+  spares_file:
+    description: The controller's file of the spares that runs hold (JSON, written under an exclusive lock) - a
+      spare one run took is not free to another until that run finishes (O(step=finish) gives its spares back) or
+      its O(timeout) passes.
+    type: path
+    default: ~/.cache/multinode-deepspeed/spares.json
+  spare_checks:
+    description: The play's reads of the free spares (M(multinode.deepspeed.node_facts) in a loop, as O(checks)) -
+      the replacement's preflight; a spare takes a place only when it answered and its stack fingerprint is the
+      run's (O(step=place)). Unset - every free spare in O(spares) is taken as ready.
+    type: list
+    elements: dict
+  reuse_lost:
+    description: Whether a node lost, cut off or stalled may take ranks again once it answers (the backend's
+      C(launch.reuse_lost)); false - the backend's scheduler keeps it out (Slurm drains it) and O(step=judge)
+      returns it in C(drain_nodes), not C(check_nodes).
+    type: bool
+    default: true
   started:
     description: When the first attempt started (seconds since the epoch). O(step=judge) - the run's O(timeout) runs
       from it; O(step=finish) - the wall time runs from it when the attempts' records do not say.
@@ -148,8 +167,23 @@ failed_nodes:
   returned: step is judge
   type: list
   elements: str
+check_nodes:
+  description: The failed nodes the play waits for and checks before they take ranks again.
+  returned: step is judge
+  type: list
+  elements: str
+drain_nodes:
+  description: The failed nodes the backend's scheduler is told to keep out (O(reuse_lost) false).
+  returned: step is judge
+  type: list
+  elements: str
+spares_held:
+  description: The spares another run holds now (not free to this one).
+  returned: step is judge
+  type: list
+  elements: str
 spares_free:
-  description: The spares neither quarantined nor ranks of the attempt.
+  description: The spares neither quarantined, nor ranks of the attempt, nor held by another run.
   returned: step is judge
   type: list
   elements: str
@@ -175,6 +209,11 @@ replaced:
   description: Failed node -> the spare that takes its place.
   returned: step is place
   type: dict
+notes:
+  description: Why a failed node or a spare was not used (O(step=place)).
+  returned: step is place
+  type: list
+  elements: str
 line:
   description: The line the play shows as the next attempt starts.
   returned: step is place
@@ -231,7 +270,9 @@ def judge(module, p):
     quarantine = recovery.load_quarantine(p["quarantine_file"])
     add = dict((n, r) for n, r in recovery.to_quarantine(endings).items() if n not in quarantine)
     decision = {"retry": retry, "why": "%s; %s" % (last["why"], why) if last["why"] else why,
-                "kind": last["kind"], "failed_nodes": last["nodes"], "quarantined": add, "timeout_left": left}
+                "kind": last["kind"], "failed_nodes": last["nodes"], "quarantined": add, "timeout_left": left,
+                "check_nodes": recovery.nodes_to_check(last, p["reuse_lost"]),
+                "drain_nodes": recovery.nodes_to_drain(last, p["reuse_lost"])}
     changed = False
     if not module.check_mode:
         if add:
@@ -240,21 +281,46 @@ def judge(module, p):
             json.dump(decision, fh, indent=2, sort_keys=True)
         changed = True
     quarantine.update(add)
-    decision["spares_free"] = [s for s in p["spares"] if s not in quarantine and s not in p["nodes"]]
-    decision["wait"] = recovery.wait_seconds(last["nodes"], decision["spares_free"], p["recover_wait"])
+    held = recovery.spares_held(_held_spares(p), p["run_id"], time.time())
+    decision["spares_free"] = [s for s in p["spares"] if s not in quarantine and s not in p["nodes"] and s not in held]
+    decision["spares_held"] = [s for s in p["spares"] if s in held]
+    decision["wait"] = recovery.wait_seconds(decision["check_nodes"], decision["spares_free"], p["recover_wait"])
     module.exit_json(changed=changed, **decision)
+
+
+def _held_spares(p):
+    path = os.path.expanduser(p["spares_file"])
+    return (_json(path, {}) or {}).get("spares", {})
 
 
 def place(module, p):
     quarantine = recovery.load_quarantine(p["quarantine_file"])
     back, notes = recovery.came_back(p["checks"], p["fingerprints"])
-    out = recovery.next_nodes(p["nodes"], p["failed_nodes"], back, p["spares"], quarantine, p["min_nodes"])
+    ready = p["spares"]
+    if p["spare_checks"] is not None:
+        fingerprint = recovery.run_fingerprint(p["nodes"], p["failed_nodes"], p["fingerprints"])
+        ready, spare_notes = recovery.spares_ready(p["spare_checks"], fingerprint)
+        notes += spare_notes
+    now = time.time()
+
+    def take(held):
+        """The placement, with the spares it takes held for this run (never two runs on one spare)."""
+        others = recovery.spares_held(held, p["run_id"], now)
+        out = recovery.next_nodes(p["nodes"], p["failed_nodes"], back, [s for s in ready if s not in others],
+                                  quarantine, p["min_nodes"])
+        out["held_elsewhere"] = [s for s in ready if s in others]
+        if "error" in out:
+            return held, out
+        return recovery.hold_spares(held, out["replaced"].values(), p["run_id"], now, p["timeout"]), out
+
+    out = take(_held_spares(p))[1] if module.check_mode else recovery.update_spares(p["spares_file"], take)
+    notes += ["spare %s is held by another run" % s for s in out.pop("held_elsewhere")]
     out["notes"] = notes
     if "error" in out:
         module.fail_json(msg="The run cannot go on: %s%s." % (out["error"], "".join("; " + n for n in notes)), **out)
     before = _json(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), {}) or {"why": "failed"}
     line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], before)
-    module.exit_json(changed=False, line=line, **out)
+    module.exit_json(changed=bool(out["replaced"]) and not module.check_mode, line=line, **out)
 
 
 def finish(module, p):
@@ -278,6 +344,7 @@ def finish(module, p):
         "attempt %d: %s" % (a["attempt"], a["retry_reason"]) for a in summary["attempts"]))
     summary["message"] = message
     if not module.check_mode:
+        recovery.update_spares(p["spares_file"], lambda held: (recovery.release_spares(held, p["run_id"]), None))
         plot_timeline(records, [r["losses"] for r in records], timeline)
         with open(os.path.join(p["run_dir"], "summary.json"), "w") as fh:
             json.dump(summary, fh, indent=2, sort_keys=True)
@@ -298,6 +365,8 @@ def main():
             started=dict(type="float"), recover_wait=dict(type="int", default=120), timeout=dict(type="int"),
             checks=dict(type="list", elements="dict", default=[]), fingerprints=dict(type="dict", default={}),
             quarantine_file=dict(type="path", default="~/.cache/multinode-deepspeed/quarantine.json"),
+            spares_file=dict(type="path", default="~/.cache/multinode-deepspeed/spares.json"),
+            spare_checks=dict(type="list", elements="dict"), reuse_lost=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )

@@ -198,3 +198,51 @@ def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_p
     assert sacct_state(job_id, 120) == "COMPLETED"
     steps = on_coord(f"grep -c '\"event\": \"step\"' /shared/runs/{run_id}/metrics/rank1.jsonl").stdout.strip()
     assert steps == "8"
+
+
+def _sinfo(node):
+    """(state, reason) of ``node`` in sinfo."""
+    out = on_coord(f"sinfo -h -N -n {node} -o '%T|%E'").stdout.strip().split("|")
+    return out[0], out[1] if len(out) > 1 else ""
+
+
+def test_a_node_lost_under_slurm_is_drained_and_the_run_goes_on_without_it(slurm, run_playbook, tmp_path):
+    """Issue 22 on Slurm: worker2 goes DOWN at step 60 (Slurm ends the job NODE_FAIL); with -e restarts=1
+    -e min_nodes=1 worker2 is drained with the reason and a second job, with worker2 in --exclude, finishes on
+    worker1 from the newest whole checkpoint; -e unquarantine=worker2 gives it back to Slurm."""
+    run_id = f"e2e-slurm-recover-{int(time.time())}"
+    at = {}
+    down = "scontrol update nodename=worker2 state=down reason=e2e-node-lost"
+    t = threading.Thread(target=lambda: at.setdefault("fault", when_step(run_id, 60, lambda: on_coord(down),
+                                                                           attempt=1)))
+    t.start()
+    try:
+        res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "save_interval=50", "-e", "steps=300",
+                           "-e", f"run_id={run_id}", "-e", "preflight=false", "-e", "restarts=1", "-e", "min_nodes=1",
+                           "-e", f"quarantine_file={tmp_path}/q.json", "-e", f"spares_file={tmp_path}/s.json",
+                           name="slurm-recover")
+        t.join()
+        assert at.get("fault") and res.rc == 0, res.tail()
+        summary = load_summary(run_id)
+        first, second = summary["attempts"]
+        print(f"worker2 DOWN to the second job's first step: {second['fault_to_first_step']} s; "
+              f"goodput {summary['goodput']}")
+        assert first["kind"] == "lost" and first["failed_nodes"] == ["worker2"] and first["retried"] is True
+        assert second["nodes"] == ["worker1"] and second["start_step"] >= 50 and second["last_step"] == 300
+        run = ROOT / "runs" / run_id / "attempts"
+        jobs = [json.loads((run / str(n) / "scheduler.json").read_text())["job_id"] for n in (1, 2)]
+        assert [sacct_state(j) for j in jobs] == ["NODE_FAIL", "COMPLETED"], jobs
+        assert "#SBATCH --exclude=worker2\n" in (run / "2" / "slurm" / "job.sbatch").read_text()
+        state, reason = _sinfo("worker2")
+        assert "drain" in state and reason == f"multinode-deepspeed: lost in run {run_id} (attempt 1)", (state, reason)
+        assert "Keep the nodes lost in the run out of Slurm" in res.out
+        assert nothing_left(run_id, 10) == {}
+        # The drained node is given back by -e unquarantine= (the next run uses both nodes again).
+        again = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=5", "-e", f"run_id={run_id}-again",
+                             "-e", "preflight=false", "-e", "unquarantine=worker2",
+                             "-e", f"quarantine_file={tmp_path}/q.json", name="slurm-unquarantine")
+        assert again.rc == 0, again.tail()
+        assert load_summary(f"{run_id}-again")["hosts"] == {"worker1": [0], "worker2": [1]}
+    finally:
+        if "drain" in _sinfo("worker2")[0] or "down" in _sinfo("worker2")[0]:
+            on_coord("scontrol update nodename=worker2 state=resume")

@@ -286,6 +286,10 @@ def recovery_settings(job, settings, problems):
         job["min_nodes"] = _whole(settings, "min_nodes", 1, 10000, "nodes", problems)
     # The first attempt's world size (the play's, for a later attempt): a run on fewer nodes keeps its global batch.
     job["global_world"] = int(settings["global_world"]) if str(settings.get("global_world") or "").isdigit() else None
+    # The nodes that failed earlier in this run and are kept out (a scheduler's job excludes them), and the nodes
+    # the user let out of quarantine (-e unquarantine=; a scheduler gives them back too).
+    job["avoid"] = host_list(settings.get("avoid"))
+    job["unquarantine"] = host_list(settings.get("unquarantine"))
     if job["attempt"] and job["restarts"] is not None and job["attempt"] > job["restarts"] + 1:
         problems.append("attempt=%d is past restarts=%d. Fix: leave attempt to the play" % (
             job["attempt"], job["restarts"]))
@@ -523,6 +527,11 @@ def plan(settings, workers, coordinators, now):
     if problems:
         raise JobError("; ".join(problems))
     job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)
+    for key in ("avoid", "unquarantine"):
+        job[key + "_names"] = dict((h, (workers.get(h) or {}).get("scheduler_name") or h) for h in job[key])
+    if set(job["avoid"]) & set(rank_hosts):
+        raise JobError("%s both takes ranks and is kept out of the run (avoid). Fix: leave avoid to the play" % (
+            ", ".join(sorted(set(job["avoid"]) & set(rank_hosts)))))
     # This play's own token: the run directory is claimed with it (run_prepare), so two plays never share one.
     job["run_token"] = settings.get("run_token") or None
     job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,

@@ -295,6 +295,10 @@ def batch_script(job, options, rank_argv, names=None):
     head.append("--time=%s" % _time_limit(job["timeout"]))
     if options.get("exclusive", True):
         head.append("--exclusive")
+    avoid = [n for h, n in sorted((job.get("avoid_names") or {}).items())]
+    if avoid:
+        # The nodes that failed earlier in this run (drained by its recovery): never this job's, by name too.
+        head.append("--exclude=%s" % ",".join(avoid))
     # A run fails fast and is resumed on purpose (-e resume=true), never started again behind the user's back.
     head.append("--no-requeue")
     head += ["--chdir=%s" % run_dir, "--output=%s/slurm/batch-%%j.out" % run_dir]
@@ -362,3 +366,34 @@ def preflight_verdicts(controller, munge, versions):
 def _version(text):
     m = re.search(r"(\d+\.\d+\.\d+)", text or "")
     return m.group(1) if m else None
+
+
+# --------------------------------------------------------------------------- recovery
+
+# The start of every DRAIN reason this collection sets: only such a drain is given back by -e unquarantine=.
+DRAIN_PREFIX = "multinode-deepspeed"
+
+
+def drain_argvs(job, nodes, why):
+    """``scontrol update`` setting ``nodes`` (inventory names of the job's) to DRAIN with ``why``: a node lost in a
+    run is kept out of every job until the user (or ``-e unquarantine=``) resumes it.  ``[argv]``."""
+    names = [(job.get("scheduler_names") or {}).get(n, n) for n in nodes]
+    names = [n for n in names if NAME_RE.fullmatch(str(n))]
+    if not names:
+        return []
+    # A Slurm reason is one line of text; scontrol gets it as one argv element (no shell).
+    reason = re.sub(r"[^A-Za-z0-9 _.,:;()=/-]+", " ", "%s: %s" % (DRAIN_PREFIX, why))[:200]
+    return [["scontrol", "update", "NodeName=%s" % ",".join(names), "State=DRAIN", "Reason=%s" % reason]]
+
+
+def resume_argvs(job, sinfo_lines):
+    """``scontrol update State=RESUME`` for each node the user let out of quarantine (``job["unquarantine_names"]``)
+    that this collection drained, from ``sinfo -h -N -o '%N|%E'``'s lines.  ``[argv]``."""
+    wanted = set((job.get("unquarantine_names") or {}).values())
+    out = []
+    for line in sinfo_lines or []:
+        name, _sep, reason = str(line).partition("|")
+        if name in wanted and reason.startswith(DRAIN_PREFIX) and NAME_RE.fullmatch(name):
+            out.append(["scontrol", "update", "NodeName=%s" % name, "State=RESUME"])
+            wanted.discard(name)
+    return out

@@ -43,6 +43,9 @@ _REASONS = (
 )
 # A launcher that exited non-zero: the rank that failed first, when one did, says more.
 _LAUNCHER_EXIT = re.compile(r"the launcher on \S+ exited")
+# A node the scheduler itself gave up on (multinode_ds/slurm.py's words: DOWN, FAIL or not responding, or a job
+# that ended NODE_FAIL): the node is lost, whatever a rank said after.
+_SCHEDULER_LOST = re.compile(r"\bnode (\S+) is [A-Z_]+[*~#!%$@^+-]* in Slurm|ended NODE_FAIL: node (\S+) failed")
 
 
 def _reason(summary):
@@ -70,12 +73,18 @@ def gone_nodes(summary):
     return sorted(h for h, n in nodes.items() if n.get("state") == "running")
 
 
+def scheduler_lost(reason):
+    """The node a scheduler's verdict in ``reason`` names as lost (``[node]``), or ``[]``."""
+    match = _SCHEDULER_LOST.search(reason or "")
+    return [match.group(1) or match.group(2)] if match else []
+
+
 def ending(summary):
     """Why an attempt ended, from its summary: ``{"kind", "why", "nodes" (the nodes that failed), "step" (the last
     step a rank recorded, or None), "signature" (rank, step and last line of the failure; None without one)}``."""
     failure = summary.get("failure") or {}
     reason = _reason(summary)
-    lost = list(summary.get("lost") or []) or gone_nodes(summary)
+    lost = list(summary.get("lost") or []) or gone_nodes(summary) or scheduler_lost(reason)
     step = summary.get("last_step")
     # The bundled trainer records its steps; a user's script does not, so its step is never known.
     metrics = summary.get("entrypoint") in (None, "multinode_ds.train")
@@ -347,3 +356,97 @@ def came_back(checks, fingerprints):
             continue
         back.append(node)
     return back, notes
+
+
+def nodes_to_check(end, reuse_lost=True):
+    """The failed nodes of an attempt's ``end`` that the play waits for and checks before they take ranks again:
+    none of a node fault where the backend's scheduler keeps such a node out of the run (Slurm drains it)."""
+    if not reuse_lost and end["kind"] in NODE_FAULTS:
+        return []
+    return list(end["nodes"])
+
+
+def nodes_to_drain(end, reuse_lost=True):
+    """The failed nodes the backend's scheduler is told to keep out (Slurm: DRAIN with the reason)."""
+    if reuse_lost or end["kind"] not in NODE_FAULTS:
+        return []
+    return list(end["nodes"])
+
+
+def spares_ready(checks, fingerprint):
+    """The spares fit to take a place, from the play's reads of them (``checks``: the loop's results, as in
+    ``came_back``) and the run's stack fingerprint: ``(ready, notes)``.  This is the replacement's preflight: it
+    answers, its agent's Python runs (node_facts ran there), its stack is the run's."""
+    ready, notes = [], []
+    for result in checks:
+        node = result.get("item")
+        if result.get("failed") or result.get("unreachable") or result.get("skipped"):
+            notes.append("spare %s is not used: it did not answer (%s)" % (
+                node, str(result.get("msg") or "unreachable")[:200]))
+            continue
+        now = ((result.get("ansible_facts") or {}).get("multinode_node") or {}).get("stack_fingerprint")
+        if fingerprint and now != fingerprint:
+            notes.append("spare %s is not used: its stack (fingerprint %s) is not the run's (%s). Fix: site.yml "
+                         "--limit %s" % (node, now, fingerprint, node))
+            continue
+        ready.append(node)
+    return ready, notes
+
+
+def run_fingerprint(nodes, failed, fingerprints):
+    """The run's stack fingerprint: its first node's that did not fail, else its first node's."""
+    for node in [n for n in nodes if n not in failed] + list(nodes):
+        if (fingerprints or {}).get(node):
+            return fingerprints[node]
+    return None
+
+
+# The controller's record of the spares that runs hold, beside the quarantine file.
+SPARES_FILE = "~/.cache/multinode-deepspeed/spares.json"
+# How long a spare stays held by a run without a timeout (a run that ended without giving it back).
+HOLD_SECONDS = 24 * 3600
+
+
+def spares_held(held, run_id, now):
+    """The spares another run holds now (``held``: the spares file's ``{node: {"run_id", "until"}}``)."""
+    return sorted(n for n, rec in held.items() if rec.get("run_id") != run_id and float(rec.get("until") or 0) > now)
+
+
+def hold_spares(held, nodes, run_id, now, seconds):
+    """``held`` with ``nodes`` held by ``run_id`` for ``seconds`` (the time its timeout leaves it), and the
+    records that expired dropped."""
+    out = dict((n, r) for n, r in held.items() if float(r.get("until") or 0) > now)
+    for node in nodes:
+        out[node] = {"run_id": run_id, "since": now, "until": now + float(seconds or HOLD_SECONDS)}
+    return out
+
+
+def release_spares(held, run_id):
+    """``held`` without the spares ``run_id`` held."""
+    return dict((n, r) for n, r in held.items() if r.get("run_id") != run_id)
+
+
+def update_spares(path, change):
+    """Read the spares file, apply ``change`` (held -> (new held, answer)) and write it back, under an exclusive
+    lock (two plays placing at once never take the same spare); returns the answer."""
+    import fcntl
+
+    path = os.path.expanduser(path)
+    directory = os.path.dirname(path)
+    if directory:
+        # Another play may make it at the same moment.
+        os.makedirs(directory, 0o700, exist_ok=True)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        held = {}
+        if os.path.exists(path):
+            with open(path) as fh:
+                text = fh.read()
+            held = (json.loads(text) if text.strip() else {}).get("spares", {})
+        new, answer = change(held)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as fh:
+            json.dump({"spares": new}, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.rename(tmp, path)
+    return answer

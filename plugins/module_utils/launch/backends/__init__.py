@@ -56,6 +56,9 @@ class Ranks(Part):
     over_ssh = False
     # The play starts the agents over SSH; False: the backend's scheduler starts them (a Kubernetes pod runs its own).
     agents_over_ssh = True
+    # A node lost, cut off or stalled may take ranks again in the run's next attempt once it answers and its stack
+    # is unchanged; False: the backend's scheduler keeps it out (its ``recover`` tasks step, e.g. Slurm's DRAIN).
+    reuse_lost = True
 
     def launchers(self, job):
         """The nodes whose agent starts a launcher."""
@@ -148,6 +151,9 @@ class Tasks(Part):
     # Its name for the run, or None: included with ``backend_step`` check (no preflight), start (before the agents
     # start) and finish (after the run is collected, whatever its end).
     run = None
+    # Its name for a run's recovery, or None: included with ``backend_step`` recover after a failed attempt is
+    # judged retried, before the next one is placed (``backend_failed``: the nodes to keep out).
+    recover = None
 
     def extra(self, job):
         """What the tasks file reads of the plan, beyond the common description (JSON)."""
@@ -227,7 +233,8 @@ class Backend(object):
                 "ssh_pairs": [list(p) for p in ranks.ssh_pairs(job)], "ssh_targets": ranks.ssh_targets(job),
                 "ranks_over_ssh": ranks.over_ssh, "ssh_agents": ranks.ssh_agents(job),
                 "stop": self.stop.mode, "checks": tasks.preflight, "files": start.files(job), "start": start.now(job),
-                "handoff": start.handoff(job), "tasks": tasks.run, "follow": watch.follow(job),
+                "handoff": start.handoff(job), "tasks": tasks.run, "recover": tasks.recover,
+                "reuse_lost": ranks.reuse_lost, "follow": watch.follow(job),
                 "probe_nodes": watch.probe_nodes, "extra": tasks.extra(job)}
 
 

@@ -9,6 +9,8 @@ through ``multinode_ds.slurm rank`` (the variables DeepSpeed's launcher gives a 
 What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
 How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
 Preflight: roles/backend/tasks/slurm.yml (munge, the partition, Slurm's versions).
+Recovery (``-e restarts=N``): a node lost in the run is set to DRAIN with the reason (the same tasks file, step
+recover), never waited for; the next attempt is a new job with it in ``--exclude``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -70,7 +72,10 @@ class Options(backends.Options):
 
     def check(self, job):
         problems = []
-        for host, name in sorted((job.get("scheduler_names") or {}).items()):
+        names = dict(job.get("scheduler_names") or {})
+        for key in ("avoid_names", "unquarantine_names"):
+            names.update(job.get(key) or {})
+        for host, name in sorted(names.items()):
             if not slurm.NAME_RE.fullmatch(str(name)):
                 problems.append("%s: slurm_node_name=%r is not a Slurm node name (letters, digits, '_', '.', '-'). "
                                 "Fix: set it to the name sinfo shows for %s" % (host, name, host))
@@ -79,10 +84,6 @@ class Options(backends.Options):
             problems.append("backend=slurm gives every node the same number of GPUs (--gres=gpu:N), but the ranks per "
                             "node differ (%s). Fix: the same deepspeed_slots on every node, or -e hosts= the nodes "
                             "with as many GPUs" % ", ".join("%s=%s" % kv for kv in sorted(job["slots"].items())))
-        if job.get("restarts"):
-            # A next attempt would be a new job without the lost node (--exclude) and the node drained.
-            problems.append("restarts=%d: a Slurm run is not restarted by the play. Fix: -e restarts=0, or -e "
-                            "backend=pdsh or ssh-free" % job["restarts"])
         return problems
 
 
@@ -123,10 +124,11 @@ class Start(backends.Start):
 class SlurmBackend(backends.Backend):
     NAME = "slurm"
     DESCRIPTION = "a Slurm batch job: sbatch on the coordinator, srun starts the ranks, scancel stops them"
-    ranks = backends.Ranks(launcher_per_node=False)
+    # A node lost in a run is drained (its recover step) and the next attempt's job excludes it.
+    ranks = backends.Ranks(launcher_per_node=False, reuse_lost=False)
     options = Options()
     start = Start()
-    tasks = backends.Tasks(preflight="slurm")
+    tasks = backends.Tasks(preflight="slurm", recover="slurm")
     # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
     # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
     stop = backends.Stop(mode="scancel", sweep_after=15)

@@ -70,3 +70,48 @@ def test_no_attempt_starts_when_the_runs_timeout_is_spent(tmp_path, run_module):
                                     "step": "judge", "timeout": 60, "started": 1000.0,
                                     "quarantine_file": str(tmp_path / "q.json")})
     assert res["retry"] is False and "timeout of 60s covers every attempt and is spent" in res["why"]
+
+
+SLURM_DOWN = dict(LOST, lost=[], watch={"status": "failed", "reason": "node worker2 is DOWN in Slurm (x); Slurm job 8 "
+                                                                      "ended NODE_FAIL"})
+
+
+def test_a_scheduler_that_drains_a_lost_node_gets_it_to_drain_not_to_wait_for(tmp_path, run_module):
+    run = tmp_path / "r1"
+    _attempt(run, 1, SLURM_DOWN, range(1, 15), 1001.0)
+    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1, "nodes": ["worker1", "worker2"],
+            "quarantine_file": str(tmp_path / "q.json"), "spares_file": str(tmp_path / "s.json")}
+    res = run_module(run_recovery, dict(base, step="judge", reuse_lost=False))
+    assert res["retry"] is True and res["check_nodes"] == [] and res["drain_nodes"] == ["worker2"]
+    res = run_module(run_recovery, dict(base, step="judge"))
+    assert res["check_nodes"] == ["worker2"] and res["drain_nodes"] == [] and res["wait"] == 120
+
+
+def test_a_spare_one_run_holds_is_not_taken_by_another_and_finish_gives_it_back(tmp_path, run_module):
+    spares_file = str(tmp_path / "s.json")
+    runs = {}
+    for run_id in ("ra", "rb"):
+        runs[run_id] = tmp_path / run_id
+        _attempt(runs[run_id], 1, LOST, range(1, 15), 1001.0)
+    place = {"attempt": 1, "restarts": 1, "step": "place", "nodes": ["worker1", "worker2"],
+             "failed_nodes": ["worker2"], "spares": ["worker3"], "quarantine_file": str(tmp_path / "q.json"),
+             "spares_file": spares_file, "fingerprints": {"worker1": "aaa", "worker2": "aaa"},
+             "spare_checks": [{"item": "worker3", "ansible_facts": {"multinode_node": {"stack_fingerprint": "aaa"}}}]}
+    res = run_module(run_recovery, dict(place, run_dir=str(runs["ra"]), run_id="ra"))
+    assert res["replaced"] == {"worker2": "worker3"} and res["changed"] is True
+    judge = run_module(run_recovery, {"run_dir": str(runs["rb"]), "run_id": "rb", "attempt": 1, "restarts": 1,
+                                      "step": "judge", "nodes": ["worker1", "worker2"], "spares": ["worker3"],
+                                      "quarantine_file": str(tmp_path / "q.json"), "spares_file": spares_file})
+    assert judge["spares_free"] == [] and judge["spares_held"] == ["worker3"] and judge["wait"] == 120
+    res = run_module(run_recovery, dict(place, run_dir=str(runs["rb"]), run_id="rb"))
+    assert res["failed"] is True and "spare worker3 is held by another run" in res["msg"]
+    _attempt(runs["ra"], 2, DONE, range(11, 31), 1025.0)
+    run_module(run_recovery, {"run_dir": str(runs["ra"]), "run_id": "ra", "attempt": 2, "restarts": 1,
+                              "step": "finish", "started": 1000.0, "spares_file": spares_file})
+    res = run_module(run_recovery, dict(place, run_dir=str(runs["rb"]), run_id="rb"))
+    assert res["replaced"] == {"worker2": "worker3"}
+    # A spare whose stack is not the run's is not used: the replacement's preflight.
+    stale = dict(place, spare_checks=[{"item": "worker3", "ansible_facts": {"multinode_node": {
+        "stack_fingerprint": "old"}}}], spares_file=str(tmp_path / "s2.json"), min_nodes=1)
+    res = run_module(run_recovery, dict(stale, run_dir=str(runs["ra"]), run_id="ra"))
+    assert res["nodes"] == ["worker1"] and "spare worker3 is not used: its stack" in res["notes"][-1]

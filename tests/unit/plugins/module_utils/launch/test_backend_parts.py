@@ -76,7 +76,7 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
     launch = Plain().describe(JOB)
     assert list(launch) == ["name", "launchers", "agents", "argv", "agent_argv", "ssh_pairs", "ssh_targets",
                             "ranks_over_ssh", "ssh_agents", "stop", "checks", "files", "start", "handoff", "tasks",
-                            "follow", "probe_nodes", "extra"]
+                            "recover", "reuse_lost", "follow", "probe_nodes", "extra"]
     assert launch["name"] == "plain" and launch["launchers"] == ["a", "b"] and launch["stop"] == "lease"
     assert launch["argv"]["a"] == DEEPSPEED + ["--no_ssh", "--node_rank", "0"] + RANK
     assert launch["agent_argv"]["b"] == AGENT + ["b", "--max-time", "60", "--"] + launch["argv"]["b"]

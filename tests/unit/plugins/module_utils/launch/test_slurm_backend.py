@@ -159,3 +159,16 @@ def test_a_slurm_node_name_that_is_not_one_fails_the_plan():
     with pytest.raises(JobError) as err:
         plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW)
     assert "worker2: slurm_node_name='gpu\\n07' is not a Slurm node name" in str(err.value)
+
+
+def test_a_lost_node_is_drained_with_a_one_line_reason_and_only_its_drain_is_given_back():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm as provision_slurm
+    job = {"scheduler_names": {"worker1": "worker1", "worker2": "node-b"},
+           "unquarantine_names": {"worker2": "node-b", "worker3": "worker3"}}
+    argv = provision_slurm.drain_argvs(job, ["worker2"], "lost in run r1 (attempt 1)\n$(reboot)")
+    assert argv == [["scontrol", "update", "NodeName=node-b", "State=DRAIN",
+                     "Reason=multinode-deepspeed: lost in run r1 (attempt 1) (reboot)"]]
+    assert provision_slurm.drain_argvs(job, [], "x") == []
+    lines = ["node-b|multinode-deepspeed: lost in run r1 (attempt 1)", "worker3|disk replaced by ops",
+             "worker1|multinode-deepspeed: lost in run r0"]
+    assert provision_slurm.resume_argvs(job, lines) == [["scontrol", "update", "NodeName=node-b", "State=RESUME"]]

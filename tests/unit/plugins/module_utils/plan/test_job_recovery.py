@@ -56,10 +56,26 @@ def test_a_kubernetes_run_is_not_restarted_by_the_play():
     assert "restarts=1: a Kubernetes run is not restarted by the play" in str(err.value)
 
 
-def test_a_slurm_run_is_not_restarted_by_the_play():
+def test_a_slurm_attempt_excludes_the_nodes_lost_earlier_in_the_run():
+    named = dict(WORKERS, worker2=dict(worker("10.89.0.12"), scheduler_name="node-b"))
+    job = plan({"run_id": "r1", "restarts": 2, "attempt": 2, "backend": "slurm", "hosts": "worker1",
+                "avoid": ["worker2"]}, named, ["coord"], NOW)
+    script = job["launch"]["files"]["slurm/job.sbatch"]
+    assert "#SBATCH --exclude=node-b\n" in script and "#SBATCH --nodelist=worker1\n" in script
+    assert job["launch"]["reuse_lost"] is False and job["launch"]["recover"] == "slurm"
+    first = plan({"run_id": "r1", "restarts": 2, "backend": "slurm"}, WORKERS, ["coord"], NOW)
+    assert "--exclude" not in first["launch"]["files"]["slurm/job.sbatch"]
+    # pdsh waits for a lost node and uses it again.
+    assert plan({"run_id": "r1", "restarts": 2}, WORKERS, ["coord"], NOW)["launch"]["reuse_lost"] is True
+
+
+def test_a_node_kept_out_cannot_take_ranks_and_a_bad_slurm_name_is_refused():
     with pytest.raises(JobError) as err:
-        plan({"run_id": "r1", "restarts": 2, "backend": "slurm"}, WORKERS, ["coord"], NOW)
-    assert "restarts=2: a Slurm run is not restarted by the play" in str(err.value)
+        plan({"run_id": "r1", "restarts": 1, "avoid": "worker2"}, WORKERS, ["coord"], NOW)
+    assert "worker2 both takes ranks and is kept out of the run" in str(err.value)
+    with pytest.raises(JobError) as err:
+        plan({"run_id": "r1", "backend": "slurm", "unquarantine": "bad;name"}, WORKERS, ["coord"], NOW)
+    assert "bad;name: slurm_node_name='bad;name' is not a Slurm node name" in str(err.value)
 
 
 def test_on_fewer_nodes_the_trainer_keeps_the_global_batch_by_accumulation():

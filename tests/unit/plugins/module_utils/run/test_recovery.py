@@ -163,3 +163,82 @@ def test_a_users_script_has_no_known_step_so_its_first_failure_is_retried_once()
 def test_the_runs_timeout_covers_every_attempt():
     assert recovery.timeout_left(3600, 1000.0, 1600.0) == 3000
     assert recovery.timeout_left(600, 1000.0, 1595.0) is None
+
+
+@pytest.mark.parametrize("name, kind, nodes", [
+    # scontrol set worker2 DOWN mid-run: Slurm ended the job NODE_FAIL (test_slurm_cluster.py)
+    ("slurm-node-down.json", recovery.LOST, ["worker2"]),
+    # rank 1 SIGKILLed under srun --kill-on-bad-exit (test_slurm_cluster.py)
+    ("slurm-killed.json", recovery.KILLED, ["worker2"]),
+])
+def test_endings_of_real_slurm_failures(name, kind, nodes):
+    end = recovery.ending(_fixture(name))
+    assert (end["kind"], end["nodes"]) == (kind, nodes), end
+    assert recovery.judge([end], restarts=1)[0] is True
+
+
+def test_slurm_drains_a_lost_node_and_checks_a_killed_ranks_node_again():
+    lost = recovery.ending(_fixture("slurm-node-down.json"))
+    assert recovery.nodes_to_check(lost, reuse_lost=False) == [] and recovery.nodes_to_drain(lost, False) == ["worker2"]
+    # pdsh and ssh-free wait for a lost node and use it again; nothing is drained.
+    assert recovery.nodes_to_check(lost) == ["worker2"] and recovery.nodes_to_drain(lost) == []
+    killed = recovery.ending(_fixture("slurm-killed.json"))
+    assert recovery.nodes_to_check(killed, False) == ["worker2"] and recovery.nodes_to_drain(killed, False) == []
+
+
+def test_scheduler_lost_reads_only_a_schedulers_verdict():
+    assert recovery.scheduler_lost("node worker2 is DOWN* in Slurm (Not responding)") == ["worker2"]
+    assert recovery.scheduler_lost("Slurm job 8 ended NODE_FAIL: node w-3 failed") == ["w-3"]
+    assert recovery.scheduler_lost("Slurm job 8 ended NODE_FAIL: a node of worker[1-2] failed") == []
+    assert recovery.scheduler_lost("rank 1 on worker2 exited with 1") == []
+
+
+def _read(node, fingerprint=None, failed=False):
+    if failed:
+        return {"item": node, "unreachable": True, "msg": "ssh: connect timed out"}
+    return {"item": node, "ansible_facts": {"multinode_node": {"stack_fingerprint": fingerprint}}}
+
+
+def test_a_spare_takes_a_place_only_when_it_answers_with_the_runs_stack():
+    ready, notes = recovery.spares_ready([_read("s1", failed=True), _read("s2", "bbb"), _read("s3", "aaa")], "aaa")
+    assert ready == ["s3"]
+    assert notes[0] == "spare s1 is not used: it did not answer (ssh: connect timed out)"
+    assert "spare s2 is not used: its stack (fingerprint bbb) is not the run's (aaa). Fix: site.yml --limit s2" \
+        == notes[1]
+    fingerprints = {"w1": "aaa", "w2": "zzz"}
+    assert recovery.run_fingerprint(["w1", "w2"], ["w1"], fingerprints) == "zzz"
+    assert recovery.run_fingerprint(["w1"], ["w1"], fingerprints) == "aaa"
+    assert recovery.run_fingerprint(["w9"], [], fingerprints) is None
+
+
+def test_a_spare_held_by_one_run_is_not_free_to_another_until_it_ends_or_expires():
+    held = recovery.hold_spares({}, ["s1"], "run-a", now=100.0, seconds=50)
+    assert held["s1"] == {"run_id": "run-a", "since": 100.0, "until": 150.0}
+    assert recovery.spares_held(held, "run-b", 120.0) == ["s1"]
+    assert recovery.spares_held(held, "run-a", 120.0) == []          # its own run may keep it
+    assert recovery.spares_held(held, "run-b", 151.0) == []          # past the run's timeout
+    assert recovery.release_spares(held, "run-a") == {}
+    # Holding again drops what expired; no timeout holds a day.
+    again = recovery.hold_spares(held, ["s2"], "run-c", now=200.0, seconds=None)
+    assert list(again) == ["s2"] and again["s2"]["until"] == 200.0 + recovery.HOLD_SECONDS
+
+
+def test_two_plays_placing_at_once_never_take_the_same_spare(tmp_path):
+    import threading
+    path = str(tmp_path / "state" / "spares.json")
+    taken = []
+
+    def place(run_id):
+        def take(held):
+            free = [s for s in ("s1", "s2") if s not in recovery.spares_held(held, run_id, 10.0)]
+            taken.append((run_id, free[0]))
+            return recovery.hold_spares(held, free[:1], run_id, 10.0, 100), free[0]
+        return recovery.update_spares(path, take)
+
+    threads = [threading.Thread(target=place, args=("run-%d" % i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(s for _r, s in taken) == ["s1", "s2"]
+    assert sorted(json.loads(open(path).read())["spares"]) == ["s1", "s2"]
