@@ -11,7 +11,9 @@ launch) and every rank (at load time) call it, so they agree.
 """
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import pickletools
 import re
 import zipfile
@@ -88,6 +90,33 @@ def missing_partitions(tag_dir: Path, files) -> str | None:
         return "%s is torn: it was saved by %d ranks and has no ZeRO partition of rank %s" % (
             tag_dir, world, ", ".join(map(str, missing)))
     return None
+
+
+# The file in a universal conversion (``<checkpoint-dir>.universal/<tag>/``) naming the tag it was made from.
+SOURCE_FILE = "multinode_ds_source.json"
+
+
+def tag_fingerprint(tag_dir: Path) -> str:
+    """What identifies a saved tag: its files' names, sizes and modification times.  Another run that saves a tag
+    of the same name (the checkpoint directory is per model) has another fingerprint."""
+    rows = sorted("%s %d %d" % (p.relative_to(tag_dir), p.stat().st_size, p.stat().st_mtime_ns)
+                  for p in Path(tag_dir).rglob("*") if p.is_file())
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
+
+
+def conversion_current(universal_tag: Path, source_tag: Path) -> bool:
+    """Whether ``universal_tag`` is a whole conversion of ``source_tag`` as it is now (not of an older run's tag of
+    the same name, not one that stopped half-way: the source file is written last)."""
+    try:
+        recorded = json.loads((Path(universal_tag) / SOURCE_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return recorded.get("fingerprint") == tag_fingerprint(Path(source_tag)) and tag_problem(Path(universal_tag)) is None
+
+
+def record_conversion(universal_tag: Path, source_tag: Path) -> None:
+    (Path(universal_tag) / SOURCE_FILE).write_text(json.dumps({"source": str(source_tag),
+                                                               "fingerprint": tag_fingerprint(Path(source_tag))}))
 
 
 def step_of(tag: str) -> int:

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import socket
 import sys
 import time
@@ -348,12 +349,16 @@ def universal_resume(args, ckpt_dir, ranks):
     if saved in (None, ranks.world):
         return None
     out = Path(str(ckpt_dir) + ".universal")
-    if ranks.rank == 0 and checkpoints.tag_problem(out / tag) is not None:
+    source = Path(ckpt_dir) / tag
+    if ranks.rank == 0 and not checkpoints.conversion_current(out / tag, source):
         print(f"multinode_ds: {tag} was saved by {saved} ranks, this run has {ranks.world}: converting it with "
               f"DeepSpeed's ds_to_universal into {out / tag}", flush=True)
+        # A conversion of another run's tag of the same name, or one cut short, is made again.
+        shutil.rmtree(out / tag, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
-                        str(Path(ckpt_dir) / tag), "--output_folder", str(out / tag), "--inject_missing_state",
+                        str(source), "--output_folder", str(out / tag), "--inject_missing_state",
                         "--num_extract_workers", "1", "--num_merge_workers", "1"], check=True)
+        checkpoints.record_conversion(out / tag, source)
     dist.barrier()
     return str(out)
 

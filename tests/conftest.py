@@ -1,6 +1,10 @@
-"""Make the collection importable as ansible_collections.multinode.deepspeed in place."""
+"""Make the collection importable as ansible_collections.multinode.deepspeed in place; start the molecule scenarios
+early (below)."""
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS = ROOT / ".collections"
@@ -20,3 +24,34 @@ try:
     import torch._dynamo  # noqa: F401  # pylint: disable=unused-import
 except ImportError:
     pass
+
+
+# The molecule scenarios run in the background from the end of collection (tests/molecule/scenarios.py): they
+# overlap the unit tests, the quality checks and the local cluster's start; an end-to-end test waits for the node
+# image before its fixtures start the cluster, and for every scenario before its body runs.
+def _scenarios():
+    where = str(ROOT / "tests" / "molecule")
+    if where not in sys.path:
+        sys.path.insert(0, where)
+    import scenarios  # pylint: disable=import-outside-toplevel
+    return scenarios
+
+
+def pytest_collection_finish(session):
+    chosen = set(item.callspec.params["scenario"] for item in session.items
+                 if item.get_closest_marker("molecule") is not None and getattr(item, "callspec", None) is not None
+                 and "scenario" in item.callspec.params)
+    if chosen and os.environ.get("MNDS_MOLECULE_EARLY", "1") != "0":
+        _scenarios().start(chosen, e2e=any(item.get_closest_marker("e2e") is not None for item in session.items))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("e2e") is not None and "scenarios" in sys.modules:
+        sys.modules["scenarios"].wait_for_image()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item):
+    if item.get_closest_marker("e2e") is not None and "scenarios" in sys.modules:
+        sys.modules["scenarios"].wait_all()

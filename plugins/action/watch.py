@@ -24,7 +24,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch impo
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk, abort_for_pods, abort_for_queue,
     abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason, ignore_signals, interruption_reason,
     progress_line, queue_state, restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals,
-    unreachable, watch_options)
+    quiet_nodes, unreachable, watch_options)
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -259,6 +259,16 @@ class ActionModule(ActionBase):
                                          heartbeat_timeout=opts["heartbeat_timeout"],
                                          start_timeout=opts["start_timeout"],
                                          started_at=started_at, world_size=opts["world_size"])
+        quiet = quiet_nodes(loop.status, opts["nodes"], now) if verdict == STOPPING and not action else []
+        probe = dict((h, opts["addresses"][h]) for h in quiet if h in opts["addresses"])
+        if probe:
+            # Quiet during the stop: a node the coordinator cannot reach either is gone, not waited for.
+            gone = unreachable((self._poll(task_vars, opts, loop, probe=probe) or {}).get("reachable"))
+            if gone:
+                verdict, reason, action = decide(loop.status, opts["nodes"], opts["launchers"], now,
+                                                 heartbeat_timeout=opts["heartbeat_timeout"],
+                                                 start_timeout=opts["start_timeout"], started_at=started_at,
+                                                 world_size=opts["world_size"], gone=gone)
         # A full disk comes before what it causes (heartbeats that cannot be written, a rank that cannot log).
         loop.cause = loop.cause or disk_full(loop.status.get("disk"), loop.host)
         if loop.cause:

@@ -177,6 +177,12 @@ drain_nodes:
   returned: step is judge
   type: list
   elements: str
+scheduler_nodes:
+  description: The scheduler's own nodes behind a lost attempt (Kubernetes Nodes that stopped reporting) - the next
+    attempt's pods are kept off them.
+  returned: step is judge
+  type: list
+  elements: str
 spares_held:
   description: The spares another run holds now (not free to this one).
   returned: step is judge
@@ -272,7 +278,8 @@ def judge(module, p):
     decision = {"retry": retry, "why": "%s; %s" % (last["why"], why) if last["why"] else why,
                 "kind": last["kind"], "failed_nodes": last["nodes"], "quarantined": add, "timeout_left": left,
                 "check_nodes": recovery.nodes_to_check(last, p["reuse_lost"]),
-                "drain_nodes": recovery.nodes_to_drain(last, p["reuse_lost"])}
+                "drain_nodes": recovery.nodes_to_drain(last, p["reuse_lost"]),
+                "scheduler_nodes": last.get("scheduler_nodes") or []}
     changed = False
     if not module.check_mode:
         if add:

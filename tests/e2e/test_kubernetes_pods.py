@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
+from e2e_nodes import K8S, KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +187,76 @@ def test_a_killed_controller_leaves_no_pod_running_and_the_service_takes_the_res
     while time.time() < deadline and (pods() or k8s_exists(node, "Secret", name + "-secrets", "default")):
         time.sleep(1)
     assert not pods() and not k8s_exists(node, "Secret", name + "-secrets", "default")
+
+
+def _run_pods(node, name):
+    return sorted((p for p in k8s_read(node["core"].list_namespaced_pod, "default")["items"]
+                   if p["metadata"]["name"].startswith(name + "-")), key=lambda p: p["metadata"]["name"])
+
+
+def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node):
+    """Issue 22 on Kubernetes: with -e restarts=1 both pods of attempt 1 are placed on a node that then stops
+    reporting (a node with no kubelet; the real node is cordoned by the test until they are placed); attempt 2 is a
+    new generation of pods (<name>-a2-*) kept off that node by node affinity (no cordon by the play), which runs on
+    the real node and finishes the run."""
+    run_id = f"e2e-k8s-recover-{int(time.time())}"
+    name = f"mnds-{run_id}"
+    fake = subprocess.Popen([str(K8S), "node", "lost-node"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        assert "ready with" in fake.stdout.readline()
+        deadline = time.time() + 60
+        while time.time() < deadline and k8s_read(node["core"].read_node, "lost-node")["spec"].get("taints"):
+            time.sleep(0.5)
+        node["core"].patch_node(node["node"], {"spec": {"unschedulable": True}})
+        proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=10",
+                                      "-e", "preflight=false", "-e", f"run_id={run_id}", "-e", "restarts=1",
+                                      "-e", f"k8s_kubeconfig={KUBECONFIG}", "-e", f"k8s_image={IMAGE}",
+                                      "-e", f"k8s_shared_volume=hostPath:{volume_path()}"], "k8s-recover")
+        try:
+            deadline = time.time() + 300
+            while time.time() < deadline:
+                placed = [p["spec"].get("nodeName") for p in _run_pods(node, name) if "-a2-" not in p["metadata"]["name"]]
+                if len(placed) == 2 and all(placed):
+                    break
+                assert proc.poll() is None, log.read_text()[-3000:]
+                time.sleep(1)
+            assert placed == ["lost-node", "lost-node"], placed
+            node["core"].patch_node(node["node"], {"spec": {"unschedulable": False}})
+            fake.terminate()
+            t0 = time.time()
+            rc = proc.wait(900)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            out.close()
+        text = log.read_text()
+        print(f"the run ended {time.time() - t0:.1f}s after lost-node stopped reporting")
+        assert rc == 0, text[-5000:]
+        summary = load_summary(run_id)
+        first, second = summary["attempts"]
+        print(f"lost-node to attempt 2's first step: {second['fault_to_first_step']} s")
+        assert summary["status"] == "success" and first["kind"] == "lost" and first["retried"] is True
+        assert "node lost-node is not ready" in first["why"] and second["last_step"] == 10
+        run = ROOT / "runs" / run_id / "attempts"
+        pods = json.loads((run / "2" / "k8s" / "pods.json").read_text())["pods"]
+        assert sorted(p["pod"] for p in pods) == [f"{name}-a2-0", f"{name}-a2-1"]
+        assert all(p["node"] == node["node"] for p in pods), pods
+        objects = json.loads((run / "2" / "k8s" / "objects.json").read_text())
+        terms = objects[1]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"][0]["matchFields"] == [
+            {"key": "metadata.name", "operator": "NotIn", "values": ["lost-node"]}]
+        # Neither generation's Service is left, and no node was cordoned by the play.
+        assert not k8s_exists(node, "Service", name, "default") and not k8s_exists(node, "Service", name + "-a2",
+                                                                                      "default")
+        assert not k8s_read(node["core"].read_node, node["node"])["spec"].get("unschedulable")
+        assert not k8s_read(node["core"].read_node, "lost-node")["spec"].get("unschedulable")
+    finally:
+        node["core"].patch_node(node["node"], {"spec": {"unschedulable": False}})
+        if fake.poll() is None:
+            fake.terminate()
+        # The first generation's pods stay Terminating on a node with no kubelet: remove them, then the node.
+        for pod in _run_pods(node, name):
+            node["core"].delete_namespaced_pod(pod["metadata"]["name"], "default", grace_period_seconds=0,
+                                               _preload_content=False)
+        k8s_local("unnode", "lost-node", timeout=30)

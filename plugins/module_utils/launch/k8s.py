@@ -35,15 +35,37 @@ VOLUME_KINDS = ("pvc", "nfs", "hostPath")
 NAME_MAX = 52
 
 
-def object_name(run_id):
+def object_name(run_id, attempt=1):
     """The run's Service and StatefulSet name: ``mnds-`` + the run id as a DNS label (lower case, '-'), with a
-    short hash of the real run id when it had to change, so that two run ids never share a name."""
+    short hash of the real run id when it had to change, so that two run ids never share a name.  A later attempt
+    of a run with restarts is a new generation of objects, ``<name>-a<attempt>``: the pods of a node that stopped
+    reporting stay Terminating until it answers again, and must not hold the next attempt's names."""
     base = re.sub(r"[^a-z0-9-]+", "-", str(run_id).lower()).strip("-") or "run"
     name = "mnds-" + base
     if name != "mnds-" + str(run_id) or len(name) > NAME_MAX:
         digest = hashlib.sha256(str(run_id).encode()).hexdigest()[:6]
         name = "%s-%s" % (name[:NAME_MAX - 7].rstrip("-"), digest)
+    if int(attempt or 1) > 1:
+        name = "%s-a%d" % (name, int(attempt))
     return name
+
+
+def run_name(job):
+    """The objects' name of the planned ``job`` (its run id and attempt)."""
+    return object_name(job["run_id"], job.get("attempt") or 1)
+
+
+# A Node's name (a DNS subdomain), as the plan accepts one to keep the pods off.
+NODE_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")
+
+
+def node_affinity(avoid):
+    """The pods' affinity that keeps them off the Nodes ``avoid`` (by name: ``matchFields`` on ``metadata.name``,
+    not a label another node could share), or None; no node is cordoned, so other users' pods still run there."""
+    if not avoid:
+        return None
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": sorted(set(avoid))}]}]}}}
 
 
 def master_dns(name, namespace, cluster_domain="cluster.local"):
@@ -180,6 +202,9 @@ def pod_spec(job, opts, name):
     if opts.get("host_network"):
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    affinity = node_affinity(job.get("avoid_scheduler_nodes"))
+    if affinity:
+        spec["affinity"] = affinity
     return spec
 
 
@@ -196,7 +221,7 @@ def objects(job, opts):
     ``eth0``), ``volume`` (see ``volume``), ``shm_size`` (e.g. ``8Gi``, or None: no limit),
     ``cluster_domain``, ``profile_env`` (the NCCL profile's variables), ``run_as_user``, ``fs_group``.
     """
-    name = object_name(job["run_id"])
+    name = run_name(job)
     namespace = opts["namespace"]
     labels = dict(APP)
     labels[LABEL] = name

@@ -289,6 +289,8 @@ def recovery_settings(job, settings, problems):
     # The nodes that failed earlier in this run and are kept out (a scheduler's job excludes them), and the nodes
     # the user let out of quarantine (-e unquarantine=; a scheduler gives them back too).
     job["avoid"] = host_list(settings.get("avoid"))
+    # The scheduler's own nodes that failed earlier in this run (Kubernetes Nodes): the pods are kept off them.
+    job["avoid_scheduler_nodes"] = host_list(settings.get("avoid_scheduler_nodes"))
     job["unquarantine"] = host_list(settings.get("unquarantine"))
     if job["attempt"] and job["restarts"] is not None and job["attempt"] > job["restarts"] + 1:
         problems.append("attempt=%d is past restarts=%d. Fix: leave attempt to the play" % (

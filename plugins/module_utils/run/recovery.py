@@ -73,6 +73,19 @@ def gone_nodes(summary):
     return sorted(h for h, n in nodes.items() if n.get("state") == "running")
 
 
+# A pod whose Kubernetes Node stopped reporting, or that the Node lost (module_utils/launch/k8s.pod_problems' words).
+_K8S_NODE = re.compile(r"\bpod \S+ on node ([a-z0-9][a-z0-9.-]*)")
+
+
+def scheduler_nodes(summary, kind):
+    """The scheduler's own nodes (Kubernetes Nodes) behind a lost attempt, from the watch's reason and problems:
+    the next attempt's pods are kept off them."""
+    if kind != LOST:
+        return []
+    text = " ".join([_reason(summary)] + [str(p) for p in summary.get("problems") or []])
+    return sorted(set(_K8S_NODE.findall(text)))
+
+
 def scheduler_lost(reason):
     """The node a scheduler's verdict in ``reason`` names as lost (``[node]``), or ``[]``."""
     match = _SCHEDULER_LOST.search(reason or "")
@@ -88,7 +101,8 @@ def ending(summary):
     step = summary.get("last_step")
     # The bundled trainer records its steps; a user's script does not, so its step is never known.
     metrics = summary.get("entrypoint") in (None, "multinode_ds.train")
-    out = {"kind": UNKNOWN, "why": reason, "nodes": lost, "step": step, "signature": None, "metrics": metrics}
+    out = {"kind": UNKNOWN, "why": reason, "nodes": lost, "step": step, "signature": None, "metrics": metrics,
+           "scheduler_nodes": []}
     if summary.get("status") == "success":
         out.update(kind=SUCCESS, why="finished", nodes=[])
         return out
@@ -97,7 +111,8 @@ def ending(summary):
         out["kind"] = kind
         return out
     if lost:
-        out.update(kind=LOST, why="%s lost (%s)" % (", ".join(lost), reason or "no heartbeat"))
+        out.update(kind=LOST, why="%s lost (%s)" % (", ".join(lost), reason or "no heartbeat"),
+                   scheduler_nodes=scheduler_nodes(summary, LOST))
         return out
     if kind is None and failure.get("exit_code") is not None:
         kind = KILLED if failure.get("signal") else ERROR
@@ -129,7 +144,8 @@ def judge(attempts, restarts):
         return False, "finished"
     if last["kind"] not in RECOVERABLE:
         return False, NOT_RETRIED.get(last["kind"], NOT_RETRIED[UNKNOWN])
-    if number == 1 and last.get("metrics", True) and not last.get("step"):
+    if number == 1 and last.get("metrics", True) and not last.get("step") and last["kind"] != LOST:
+        # A node lost before the first step is not the run's fault; an error, a kill or a stall then may be.
         return False, "failed before its first step (a bad config, an import error): not retried"
     if number >= 2 and last.get("signature") and last["signature"] == attempts[-2].get("signature"):
         rank, step, line = last["signature"]

@@ -21,12 +21,13 @@ STOPPING = "stopping"
 
 
 def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start_timeout=120.0,
-           started_at=None, world_size=None):
+           started_at=None, world_size=None, gone=()):
     """What the watch loop does next.
 
     ``status``: {"nodes": {host: heartbeat dict}, "abort": dict or None, "ranks": {rank: last record},
     "done_ranks": [ranks that wrote their done record]}.
     ``expected_nodes``: every host that runs an agent; ``launchers``: those whose agent runs a launcher.
+    ``gone``: nodes known to be gone (quiet during an abort and unreachable: ``quiet_nodes``), not waited for.
 
     Returns ``(verdict, reason, action)``: verdict is RUNNING, STOPPING (an abort is under
     way; keep polling until every node stopped), SUCCESS or FAILED; action is None,
@@ -36,7 +37,7 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
     abort = status.get("abort")
     if abort:
         active = [h for h in expected_nodes if _alive(nodes.get(h), now, heartbeat_timeout)
-                  and nodes[h].get("state") not in ("aborted", "finished")]
+                  and nodes[h].get("state") not in ("aborted", "finished") and h not in gone]
         if active:
             return STOPPING, abort.get("reason"), None
         return FAILED, abort.get("reason"), None
@@ -311,6 +312,21 @@ def blame_stall(stall, reachable):
     behind = ", ".join(sorted(stall.get("behind") or {}))
     return "%s%s" % (stall["reason"], "; every node answers, so a collective hung (NCCL/gloo waiting for a "
                      "peer) or a rank is stuck on %s: look at the ranks' last log lines" % behind if behind else "")
+
+
+# Seconds without a heartbeat (agents beat every second) after which a node that has not stopped during an abort
+# is probed: when the coordinator cannot reach it either, it is gone, and the stop does not wait heartbeat_timeout
+# for it (a lost node's run ends, and a run with restarts goes on, that much sooner).
+QUIET = 4.0
+
+
+def quiet_nodes(status, expected_nodes, now, quiet=QUIET):
+    """The nodes that, during an abort, have neither stopped nor beaten for ``quiet`` seconds."""
+    nodes = status.get("nodes") or {}
+    if not status.get("abort"):
+        return []
+    return [h for h in expected_nodes if h in nodes and nodes[h].get("state") not in ("aborted", "finished")
+            and now - nodes[h].get("time", 0) > quiet]
 
 
 def _alive(beat, now, timeout):

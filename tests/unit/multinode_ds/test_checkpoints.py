@@ -107,3 +107,19 @@ def test_a_zero_tag_without_every_ranks_partition_is_torn_even_when_latest_names
 def test_the_world_a_tag_was_saved_by_is_read_without_torch(tmp_path):
     assert checkpoints.saved_world(_zero_tag(tmp_path, "step4", 3, [0, 1, 2])) == 3
     assert checkpoints.saved_world(tmp_path / "nothing") is None
+
+
+def test_a_universal_conversion_is_current_only_for_the_tag_it_was_made_from(tmp_path):
+    source = tmp_path / "llama-tiny" / "step50"
+    source.mkdir(parents=True)
+    (source / "mp_rank_00_model_states.pt").write_bytes(b"first run")
+    out = tmp_path / "llama-tiny.universal" / "step50"
+    out.mkdir(parents=True)
+    assert not checkpoints.conversion_current(out, source)      # never recorded: made again
+    checkpoints.record_conversion(out, source)
+    assert checkpoints.conversion_current(out, source) is (checkpoints.tag_problem(out) is None)
+    fingerprint = checkpoints.tag_fingerprint(source)
+    # Another run of the same model saves its own step50 there: the old conversion is not its own.
+    (source / "mp_rank_00_model_states.pt").write_bytes(b"another run, another size")
+    assert checkpoints.tag_fingerprint(source) != fingerprint
+    assert not checkpoints.conversion_current(out, source)

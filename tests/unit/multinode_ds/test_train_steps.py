@@ -2,6 +2,7 @@
 records of each step, when it prints and saves; and a real run on one CPU rank."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -184,7 +185,13 @@ def test_a_checkpoint_of_another_world_is_converted_once_by_rank_0_with_ds_to_un
         (tmp_path / "step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").read_bytes())
     assert checkpoints.dp_world(tmp_path / "step4") == 2
     calls = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, check: calls.append(argv))
+
+    def convert(argv, check):
+        # What ds_to_universal leaves: a whole tag in the output folder.
+        calls.append(argv)
+        shutil.copytree(argv[argv.index("--input_folder") + 1], argv[argv.index("--output_folder") + 1])
+
+    monkeypatch.setattr(subprocess, "run", convert)
     monkeypatch.setattr(dist, "barrier", lambda: calls.append("barrier"))
     ranks = train.Ranks(0, 1, 0, "w1", True, None)
     # The same world, or no resume: a plain load.
@@ -200,6 +207,15 @@ def test_a_checkpoint_of_another_world_is_converted_once_by_rank_0_with_ds_to_un
     calls.clear()
     train.universal_resume(args("--resume"), str(tmp_path), ranks._replace(rank=1, world=1))
     assert calls == ["barrier"]
+    # Rank 0 of a later attempt finds the conversion current; another run's step4 of the same model is not.
+    calls.clear()
+    train.universal_resume(args("--resume"), str(tmp_path), ranks)
+    assert calls == ["barrier"]
+    (tmp_path / "step4" / "zero_pp_rank_1_mp_rank_00_optim_states.pt").write_bytes(
+        (tmp_path / "step4" / "zero_pp_rank_0_mp_rank_00_optim_states.pt").read_bytes() + b"")
+    os.utime(tmp_path / "step4" / "zero_pp_rank_1_mp_rank_00_optim_states.pt", ns=(1, 1))
+    train.universal_resume(args("--resume"), str(tmp_path), ranks)
+    assert calls[1][1:3] == ["-m", "deepspeed.checkpoint.ds_to_universal"] and calls[-1] == "barrier"
 
 
 def test_the_generated_config_loads_a_universal_checkpoint_and_accumulates():

@@ -57,10 +57,10 @@ class Options(backends.Options):
 
     def check(self, job):
         problems = k8s.check(job, job["backend_options"])
-        if job.get("restarts"):
-            # A run's objects are named by its run id: a next attempt would need a generation of its own.
-            problems.append("restarts=%d: a Kubernetes run is not restarted by the play (its pods are named by the "
-                            "run id). Fix: -e restarts=0, or -e backend=pdsh or ssh-free" % job["restarts"])
+        for node in job.get("avoid_scheduler_nodes") or []:
+            if not k8s.NODE_NAME_RE.fullmatch(str(node)):
+                problems.append("avoid_scheduler_nodes: %r is not a Kubernetes node name. Fix: leave it to the play"
+                                % (node,))
         return problems
 
 
@@ -71,7 +71,7 @@ class Start(backends.Start):
     def argv(self, job, node):
         opts = job["backend_options"]
         argv = super(Start, self).argv(job, node)
-        argv[argv.index("--master_addr") + 1] = k8s.master_dns(k8s.object_name(job["run_id"]), opts["namespace"],
+        argv[argv.index("--master_addr") + 1] = k8s.master_dns(k8s.run_name(job), opts["namespace"],
                                                                opts["cluster_domain"])
         return argv
 
@@ -100,10 +100,10 @@ class Tasks(backends.Tasks):
 
     def extra(self, job):
         opts = job["backend_options"]
-        return {"objects": k8s.objects(job, opts), "name": k8s.object_name(job["run_id"]),
-                "secret": k8s.secret_name(k8s.object_name(job["run_id"])),
+        return {"objects": k8s.objects(job, opts), "name": k8s.run_name(job),
+                "secret": k8s.secret_name(k8s.run_name(job)),
                 "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"]),
-                "owner": k8s.owner_reference(k8s.object_name(job["run_id"]), None)}
+                "owner": k8s.owner_reference(k8s.run_name(job), None)}
 
 
 class Watch(backends.Watch):
@@ -114,7 +114,7 @@ class Watch(backends.Watch):
     def follow(self, job):
         opts = job["backend_options"]
         return {"backend": KubernetesBackend.NAME, "kubeconfig": opts["kubeconfig"], "context": opts["context"],
-                "namespace": opts["namespace"], "name": k8s.object_name(job["run_id"]),
+                "namespace": opts["namespace"], "name": k8s.run_name(job),
                 "hosts": list(job["rank_hosts"]), "keep": opts["keep"]}
 
     def follower(self, spec):

@@ -49,13 +49,6 @@ def test_bad_recovery_settings_are_named_with_their_fix(settings, text):
     assert text in str(err.value)
 
 
-def test_a_kubernetes_run_is_not_restarted_by_the_play():
-    with pytest.raises(JobError) as err:
-        plan({"run_id": "r1", "restarts": 1, "backend": "kubernetes", "k8s_image": "reg/img:1"}, WORKERS, ["coord"],
-             NOW)
-    assert "restarts=1: a Kubernetes run is not restarted by the play" in str(err.value)
-
-
 def test_a_slurm_attempt_excludes_the_nodes_lost_earlier_in_the_run():
     named = dict(WORKERS, worker2=dict(worker("10.89.0.12"), scheduler_name="node-b"))
     job = plan({"run_id": "r1", "restarts": 2, "attempt": 2, "backend": "slurm", "hosts": "worker1",
@@ -89,3 +82,23 @@ def test_on_fewer_nodes_the_trainer_keeps_the_global_batch_by_accumulation():
     assert two["batch"] == {"grad_accum": 1, "exact": False, "global_world": 3}
     same = plan({"run_id": "r1", "restarts": 1, "attempt": 2, "global_world": "2"}, WORKERS, ["coord"], NOW)
     assert same["batch"] is None and "--grad-accum" not in same["program"]
+
+
+def test_a_kubernetes_attempt_is_a_new_generation_of_objects_kept_off_the_lost_nodes():
+    k8s_settings = {"run_id": "r1", "restarts": 1, "backend": "kubernetes", "k8s_image": "reg/img:1"}
+    first = plan(k8s_settings, WORKERS, ["coord"], NOW)
+    assert first["launch"]["extra"]["name"] == "mnds-r1"
+    assert all("affinity" not in o["spec"] for o in first["launch"]["extra"]["objects"][1:])
+    second = plan(dict(k8s_settings, attempt=2, avoid_scheduler_nodes=["gpu-b"]), WORKERS, ["coord"], NOW)
+    extra = second["launch"]["extra"]
+    assert extra["name"] == "mnds-r1-a2" and [o["metadata"]["name"] for o in extra["objects"]] == [
+        "mnds-r1-a2", "mnds-r1-a2-0", "mnds-r1-a2-1"]
+    assert second["launch"]["follow"]["name"] == "mnds-r1-a2"
+    assert "mnds-r1-a2-0.mnds-r1-a2.default.svc.cluster.local" in second["launch"]["argv"]["worker1"]
+    for pod in extra["objects"][1:]:
+        assert pod["spec"]["affinity"] == {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "NotIn",
+                                                    "values": ["gpu-b"]}]}]}}}
+    with pytest.raises(JobError) as err:
+        plan(dict(k8s_settings, attempt=2, avoid_scheduler_nodes=["Bad Node"]), WORKERS, ["coord"], NOW)
+    assert "'Bad Node' is not a Kubernetes node name" in str(err.value)

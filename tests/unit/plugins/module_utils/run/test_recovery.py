@@ -242,3 +242,13 @@ def test_two_plays_placing_at_once_never_take_the_same_spare(tmp_path):
         t.join()
     assert sorted(s for _r, s in taken) == ["s1", "s2"]
     assert sorted(json.loads(open(path).read())["spares"]) == ["s1", "s2"]
+
+
+def test_kubernetes_nodes_that_stopped_reporting_are_named_for_the_next_pods():
+    # Both fake nodes stopped reporting before any rank started (test_kubernetes.py).
+    end = recovery.ending(_fixture("k8s-nodes-lost.json"))
+    assert end["kind"] == recovery.LOST and end["nodes"] == ["worker1", "worker2"]
+    assert end["scheduler_nodes"] == ["gpu-a", "gpu-b"]
+    # A node lost before the first step is not the run's fault: retried.
+    assert recovery.judge([end], restarts=1)[0] is True
+    assert recovery.ending(_fixture("killed.json"))["scheduler_nodes"] == []

@@ -107,3 +107,17 @@ def test_the_signal_right_behind_the_first_cannot_cut_the_cleanup_short():
     finally:
         watch.restore_signals(previous)
     assert cleaned == [True]
+
+
+def test_a_quiet_node_that_cannot_be_reached_during_an_abort_is_not_waited_for():
+    # worker2 was stopped: its agent's last beat says running, 6 s ago; the others stopped on the abort.
+    status = {"abort": {"reason": "a rank on coord exited with 1"}, "nodes": {
+        "coord": {"state": "aborted", "time": 99.0}, "worker1": {"state": "aborted", "time": 99.0},
+        "worker2": {"state": "running", "time": 94.0}}}
+    nodes = ["coord", "worker1", "worker2"]
+    assert watch.quiet_nodes(status, nodes, now=100.0) == ["worker2"]
+    assert watch.quiet_nodes(status, nodes, now=97.0) == []            # it beat 3 s ago: not quiet yet
+    assert watch.quiet_nodes(dict(status, abort=None), nodes, now=100.0) == []
+    # Without the probe the stop waits for its heartbeat to go stale (20 s); unreachable, it is gone now.
+    assert watch.decide(status, nodes, ["coord"], 100.0)[0] == watch.STOPPING
+    assert watch.decide(status, nodes, ["coord"], 100.0, gone=["worker2"])[0] == watch.FAILED

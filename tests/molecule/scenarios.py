@@ -1,0 +1,108 @@
+"""The molecule scenarios of a pytest session, run in the background (tests/conftest.py starts them as soon as the
+tests are collected, so they overlap the unit tests, the quality checks and the local cluster's first site.yml;
+the end-to-end tests wait for them before their first test body, so no fault test shares the 2 cores with them).
+"""
+import concurrent.futures
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+OUTPUT = ROOT / "tests" / "output"
+SCENARIOS = sorted(p.parent.name for p in (ROOT / "extensions" / "molecule").glob("*/molecule.yml"))
+# Scenarios run MNDS_MOLECULE_JOBS at a time (default 2: each is mostly waiting on podman and ssh), the longest
+# first; every scenario has its own containers and network, so they never meet.
+JOBS = max(1, int(os.environ.get("MNDS_MOLECULE_JOBS", "2")))
+LONGEST_FIRST = ("stack", "ssh_mesh", "slurm", "nccl", "nfs", "benchmark", "preflight", "cluster_hosts", "shared_dir")
+
+# The scenarios that install the stack from the controller's wheelhouse (the one site.yml builds): while it is not
+# built, they start only after the end-to-end tests' first site.yml built it (``wheelhouse_ready``), so that two
+# pip runs never write it at once.
+NEEDS_WHEELHOUSE = ("stack", "preflight")
+WHEELHOUSE = Path(os.path.expanduser("~/.cache/multinode-deepspeed/wheelhouse"))
+
+_started = {}
+_image_ready = threading.Event()
+wheelhouse_ready = threading.Event()
+_lock = threading.Lock()
+
+
+def wheelhouse_built():
+    return any(WHEELHOUSE.glob("*/.complete-*"))
+
+
+def node_image():
+    """The local cluster's node image (built once, cached), which the scenarios run."""
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "image"], cwd=ROOT,
+                         check=True, stdout=subprocess.PIPE, text=True)
+    return res.stdout.strip().splitlines()[-1]
+
+
+def run_scenario(image, scenario):
+    env = dict(os.environ, MNDS_NODE_IMAGE=image, PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+               CONTAINERS_CONF=str(ROOT / ".cache" / "podman" / "containers.conf"),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1",
+               PY_COLORS="0", ANSIBLE_NOCOLOR="1")
+    env.pop("ANSIBLE_CONFIG", None)
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    log = OUTPUT / f"molecule-{scenario}-{int(time.time())}.log"
+    t0 = time.time()
+    proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=ROOT / "extensions", env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=1200)
+    log.write_text(proc.stdout)
+    return proc, time.time() - t0, log
+
+
+def start(chosen, e2e=False):
+    """Start the ``chosen`` scenarios (once per session), JOBS at a time, the longest first, after the node image is
+    built (in this thread: the local cluster needs the same image, see ``wait_for_image``); with ``e2e`` (end-to-end
+    tests in the session) and no wheelhouse yet, those that need it come last and wait for it.  Returns
+    ``{scenario: future}``; each future's result is ``(CompletedProcess, seconds, log)``."""
+    with _lock:
+        if _started:
+            return _started
+        if not e2e or wheelhouse_built():
+            wheelhouse_ready.set()
+        order = [s for s in LONGEST_FIRST if s in chosen] + sorted(set(chosen) - set(LONGEST_FIRST))
+        if not wheelhouse_ready.is_set():
+            order = [s for s in order if s not in NEEDS_WHEELHOUSE] + [s for s in order if s in NEEDS_WHEELHOUSE]
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
+        image = concurrent.futures.Future()
+
+        def build():
+            try:
+                image.set_result(node_image())
+            except Exception as exc:  # pylint: disable=broad-except
+                image.set_exception(exc)
+            finally:
+                _image_ready.set()
+
+        threading.Thread(target=build, daemon=True).start()
+        def run(scenario):
+            if scenario in NEEDS_WHEELHOUSE:
+                wheelhouse_ready.wait()
+            return run_scenario(image.result(), scenario)
+
+        for scenario in order:
+            _started[scenario] = pool.submit(run, scenario)
+        pool.shutdown(wait=False)
+        return _started
+
+
+def wait_for_image(timeout=3600):
+    """Block until the scenarios' node image is built (when they were started): the local cluster's ``up`` uses
+    the same image and must not build it at the same time."""
+    if _started:
+        _image_ready.wait(timeout)
+
+
+def wait_all(timeout=3600):
+    """Block until every started scenario ended (their results stay with their futures); the wheelhouse is built
+    by then (an end-to-end test's fixtures ran site.yml), or the scenarios build it alone."""
+    wheelhouse_ready.set()
+    if _started:
+        concurrent.futures.wait(list(_started.values()), timeout=timeout)
