@@ -124,8 +124,26 @@ def step_of(tag: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def choose(ckpt_dir) -> dict:
-    """``{"tag", "step", "skipped": [{"tag", "why"}]}`` or CheckpointError."""
+# The file in a saved tag naming the run that saved it (the checkpoint directory is per model, shared by runs).
+RUN_FILE = "multinode_ds_run.json"
+
+
+def mark_run(tag_dir: Path, run_id: str) -> None:
+    """Record that run ``run_id`` saved ``tag_dir``."""
+    (Path(tag_dir) / RUN_FILE).write_text(json.dumps({"run_id": run_id}))
+
+
+def saved_by(tag_dir: Path):
+    """The run that saved ``tag_dir`` (``mark_run``), or None."""
+    try:
+        return json.loads((Path(tag_dir) / RUN_FILE).read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def choose(ckpt_dir, run_id=None) -> dict:
+    """``{"tag", "step", "skipped": [{"tag", "why"}]}`` or CheckpointError.  With ``run_id``, only the tags that run
+    saved (a later attempt of a run with restarts resumes its own checkpoints, never another run's)."""
     root = Path(ckpt_dir)
     latest = None
     try:
@@ -134,6 +152,10 @@ def choose(ckpt_dir) -> dict:
         pass
     tags = sorted((p.name for p in root.glob("*") if p.is_dir()), key=lambda t: (step_of(t), t), reverse=True)
     order = ([latest] if latest else []) + [t for t in tags if t != latest]
+    if run_id is not None:
+        order = [t for t in order if saved_by(root / t) == run_id]
+        if not order:
+            raise CheckpointError("%s holds no checkpoint of run %s" % (root, run_id))
     skipped = []
     for tag in order:
         why = tag_problem(root / tag)

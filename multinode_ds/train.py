@@ -342,7 +342,7 @@ def universal_resume(args, ckpt_dir, ranks):
     if not (args.resume or args.resume_if_any):
         return None
     try:
-        tag = checkpoints.choose(ckpt_dir)["tag"]
+        tag = checkpoints.choose(ckpt_dir, own_run(args))["tag"]
     except checkpoints.CheckpointError:
         return None
     saved = checkpoints.dp_world(Path(ckpt_dir) / tag)
@@ -370,7 +370,7 @@ def resume_checkpoint(args, engine, ckpt_dir, rank, load_dir=None) -> tuple:
         return 0, None
     # The same choice as the dry run's: latest when it is whole, else the newest whole tag.
     try:
-        resumed = checkpoints.choose(ckpt_dir)
+        resumed = checkpoints.choose(ckpt_dir, own_run(args))
     except checkpoints.CheckpointError as exc:
         if args.resume:
             raise
@@ -461,8 +461,25 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
         if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
         if checkpoint_due(step + 1, args.steps, args.save_interval):
-            engine.save_checkpoint(ckpt_dir, tag=f"step{step + 1}", client_state={"step": step + 1})
+            save(engine, ckpt_dir, step + 1, ranks)
     return loss_val
+
+
+def save(engine, ckpt_dir, step, ranks) -> None:
+    """DeepSpeed's checkpoint of ``step`` (tag ``step<N>``), marked by rank 0 with the run that saved it."""
+    import torch.distributed as dist
+
+    tag = f"step{step}"
+    engine.save_checkpoint(ckpt_dir, tag=tag, client_state={"step": step})
+    if ranks.rank == 0 and os.environ.get("MULTINODE_DS_RUN_ID"):
+        checkpoints.mark_run(Path(ckpt_dir) / tag, os.environ["MULTINODE_DS_RUN_ID"])
+    dist.barrier()
+
+
+def own_run(args):
+    """The run whose checkpoints a resume may load: a later attempt's (``--resume-if-any``) only its own run's;
+    ``-e resume=true`` (``--resume``) any."""
+    return os.environ.get("MULTINODE_DS_RUN_ID") if args.resume_if_any and not args.resume else None
 
 
 def train(args) -> int:
@@ -483,7 +500,7 @@ def train(args) -> int:
     t_start = time.time()
     loss_val = run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_start)
     if args.steps > start_step:
-        engine.save_checkpoint(ckpt_dir, tag=f"step{args.steps}", client_state={"step": args.steps})
+        save(engine, ckpt_dir, args.steps, ranks)
     metrics.write({"event": "done", "rank": ranks.rank, "host": ranks.host, "steps": args.steps, "final_loss": loss_val,
                    "wall_time": time.time() - t_start, "time": time.time()})
     metrics.close()

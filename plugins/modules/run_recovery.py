@@ -339,6 +339,12 @@ def finish(module, p):
         with open(rank0) if os.path.exists(rank0) else open(os.devnull) as fh:
             records.append(recovery.attempt_record(n, summary, read_jsonl(fh.read()), summary.get("started")))
         decision = _json(os.path.join(directory, "recovery.json"), {}) or {}
+        if not decision and n == p["attempt"]:
+            # The last attempt, never judged (no restart was left to loop over): why it is the last.
+            end = _endings(p)
+            retried, why = recovery.judge(end, p["restarts"])
+            decision = {"retry": False, "why": why if end[-1]["kind"] == recovery.SUCCESS else
+                        "%s; %s" % (end[-1]["why"], why) if end[-1]["why"] else why}
         retries.append((bool(decision.get("retry")), decision.get("why") or records[-1]["why"]))
     last = _json(os.path.join(_attempt_dir(p, p["attempt"]), "summary.json"), {}) or {}
     summary = dict(last, run_id=p["run_id"])

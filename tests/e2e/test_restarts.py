@@ -77,6 +77,23 @@ def test_the_same_failure_twice_is_not_retried(provisioned, run_playbook):
     assert "the same failure twice" in " ".join(res.out.split())
 
 
+def test_a_spent_budget_names_every_attempt_and_its_cause(provisioned, run_playbook):
+    put_user_script("fail_at_step.py", "fail_at_step.py")
+    run_id = f"e2e-recover-budget-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "restarts=1", "-e", "entrypoint=/shared/user/fail_at_step.py",
+                       "-e", "args=--vary", "-e", f"run_id={run_id}", "-e", "preflight=false", name="recover-budget")
+    assert res.rc != 0
+    summary = load_summary(run_id)
+    first, second = summary["attempts"]
+    assert (first["kind"], first["retried"], second["kind"], second["retried"]) == ("error", True, "error", False)
+    assert "ValueError: attempt 1: the data at step 3 is bad" in first["why"]
+    assert "ValueError: attempt 2: the data at step 3 is bad" in second["why"]
+    assert second["retry_reason"].endswith("the restart budget is spent (restarts=1)")
+    report = (ROOT / "runs" / run_id / "report.md").read_text()
+    assert "attempt 1: the data at step 3 is bad" in report and "the restart budget is spent" in report
+    assert "the restart budget is spent (restarts=1)" in " ".join(res.out.split())
+
+
 @pytest.fixture
 def worker2_back(provisioned, run_playbook):
     """worker2 running again at its address with the cluster's names afterwards, whatever the test did to it."""

@@ -1,5 +1,6 @@
 """Which checkpoint a resume loads (multinode_ds/checkpoints.py), and the dry run's verdict on it."""
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -123,3 +124,20 @@ def test_a_universal_conversion_is_current_only_for_the_tag_it_was_made_from(tmp
     (source / "mp_rank_00_model_states.pt").write_bytes(b"another run, another size")
     assert checkpoints.tag_fingerprint(source) != fingerprint
     assert not checkpoints.conversion_current(out, source)
+
+
+def test_a_later_attempt_resumes_only_the_checkpoints_of_its_own_run(tmp_path, monkeypatch):
+    for tag, run in (("step50", "run-a"), ("step600", "run-old"), ("step40", None)):
+        (tmp_path / tag).mkdir()
+        (tmp_path / tag / "mp_rank_00_model_states.pt").write_bytes(b"x")
+        if run:
+            checkpoints.mark_run(tmp_path / tag, run)
+    (tmp_path / "latest").write_text("step600")
+    whole = dict((t, None) for t in ("step50", "step600", "step40"))
+    monkeypatch.setattr(checkpoints, "tag_problem", lambda tag_dir: whole.get(Path(tag_dir).name))
+    assert checkpoints.choose(tmp_path)["tag"] == "step600"            # -e resume=true: any run's
+    assert checkpoints.choose(tmp_path, "run-a")["tag"] == "step50"     # a later attempt: its own
+    with pytest.raises(checkpoints.CheckpointError) as err:
+        checkpoints.choose(tmp_path, "run-new")
+    assert "holds no checkpoint of run run-new" in str(err.value)
+    assert checkpoints.saved_by(tmp_path / "step40") is None

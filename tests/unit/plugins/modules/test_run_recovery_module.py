@@ -115,3 +115,16 @@ def test_a_spare_one_run_holds_is_not_taken_by_another_and_finish_gives_it_back(
         "stack_fingerprint": "old"}}}], spares_file=str(tmp_path / "s2.json"), min_nodes=1)
     res = run_module(run_recovery, dict(stale, run_dir=str(runs["ra"]), run_id="ra"))
     assert res["nodes"] == ["worker1"] and "spare worker3 is not used: its stack" in res["notes"][-1]
+
+
+def test_the_last_attempt_says_the_budget_is_spent(tmp_path, run_module):
+    run = tmp_path / "r1"
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    (run / "attempts" / "1" / "recovery.json").write_text(json.dumps({"retry": True, "why": "lost: retried"}))
+    _attempt(run, 2, dict(LOST, started=1020.0), range(11, 20), 1025.0)
+    res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 2, "restarts": 1,
+                                    "step": "finish", "started": 1000.0, "spares_file": str(tmp_path / "s.json")})
+    second = res["summary"]["attempts"][1]
+    assert second["retried"] is False and second["retry_reason"].startswith("worker2 lost (")
+    assert second["retry_reason"].endswith("; the restart budget is spent (restarts=1)")
+    assert "attempt 2: worker2 lost" in res["message"] and res["message"].startswith("failed after 2 attempt(s)")
