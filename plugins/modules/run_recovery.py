@@ -296,8 +296,7 @@ def judge(module, p):
 
 
 def _held_spares(p):
-    path = os.path.expanduser(p["spares_file"])
-    return (_json(path, {}) or {}).get("spares", {})
+    return (_json(p["spares_file"], {}) or {}).get("spares", {})
 
 
 def place(module, p):

@@ -247,8 +247,8 @@ def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node)
         assert terms["nodeSelectorTerms"][0]["matchFields"] == [
             {"key": "metadata.name", "operator": "NotIn", "values": ["lost-node"]}]
         # Neither generation's Service is left, and no node was cordoned by the play.
-        assert not k8s_exists(node, "Service", name, "default") and not k8s_exists(node, "Service", name + "-a2",
-                                                                                      "default")
+        for service in (name, name + "-a2"):
+            assert not k8s_exists(node, "Service", service, "default")
         assert not k8s_read(node["core"].read_node, node["node"])["spec"].get("unschedulable")
         assert not k8s_read(node["core"].read_node, "lost-node")["spec"].get("unschedulable")
     finally:

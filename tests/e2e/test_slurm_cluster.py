@@ -213,8 +213,8 @@ def test_a_node_lost_under_slurm_is_drained_and_the_run_goes_on_without_it(slurm
     run_id = f"e2e-slurm-recover-{int(time.time())}"
     at = {}
     down = "scontrol update nodename=worker2 state=down reason=e2e-node-lost"
-    t = threading.Thread(target=lambda: at.setdefault("fault", when_step(run_id, 60, lambda: on_coord(down),
-                                                                           attempt=1)))
+    t = threading.Thread(target=lambda: at.setdefault(
+        "fault", when_step(run_id, 60, lambda: on_coord(down), attempt=1)))
     t.start()
     try:
         res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "save_interval=50", "-e", "steps=300",

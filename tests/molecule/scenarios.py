@@ -82,6 +82,7 @@ def start(chosen, e2e=False):
                 _image_ready.set()
 
         threading.Thread(target=build, daemon=True).start()
+
         def run(scenario):
             if scenario in NEEDS_WHEELHOUSE:
                 wheelhouse_ready.wait()
