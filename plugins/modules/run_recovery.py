@@ -26,6 +26,11 @@ description:
     the first free spare that passes its check (O(spare_checks)) and no other run holds takes it, held for this run
     in O(spares_file), else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
     fix, when too few are left.
+  - O(step=verify) is the preflight of the nodes that take a failed node's place (O(replaced)) for the attempt
+    planned as O(job) - their names, clock and disks (O(probes)) and the SSH logins the backend needs to them
+    (O(reference)), and with C(-e preflight=force) the all-reduce test across the attempt's nodes (O(bandwidth));
+    it writes C(attempts/<n>/replacement-preflight.json) and fails, naming each
+    failed check and its fix, before the attempt starts.
   - O(step=finish) writes the run's C(summary.json) over every attempt (each one's nodes, start and end, why it ended
     and whether it was retried, the step it resumed from, the steps it recomputed, the seconds from the fault to its
     first step) with the C(goodput) - the share of the wall time spent on steps that counted - and C(report.md) with
@@ -43,7 +48,7 @@ options:
   step:
     description: What to do (see the description).
     type: str
-    choices: [judge, place, finish]
+    choices: [judge, place, verify, finish]
     required: true
   attempt:
     description: The number of the attempt that just ended (from 1).
@@ -100,6 +105,37 @@ options:
     description: The play's reads of the free spares (M(multinode.deepspeed.node_facts) in a loop, as O(checks)) -
       the replacement's preflight; a spare takes a place only when it answered and its stack fingerprint is the
       run's (O(step=place)). Unset - every free spare in O(spares) is taken as ready.
+    type: list
+    elements: dict
+  replaced:
+    description: Failed node -> the node that takes its place (O(step=verify); O(step=place) returns it).
+    type: dict
+    default: {}
+  job:
+    description: The next attempt's plan (M(multinode.deepspeed.job_plan)'s C(job)) (O(step=verify)).
+    type: dict
+    default: {}
+  probes:
+    description: M(multinode.deepspeed.node_probe)'s results on the nodes of O(replaced), in a loop (O(step=verify)).
+    type: list
+    elements: dict
+    default: []
+  reference:
+    description: Node of the run that stays (the coordinator) -> its M(multinode.deepspeed.node_probe)'s result - the
+      clock the new nodes must agree with, and its C(ssh) to them when the backend logs in from there
+      (O(step=verify)).
+    type: dict
+    default: {}
+  settings:
+    description: The preflight's limits, C(max_clock_skew), C(min_free_gib_shared), C(min_free_gib_local)
+      (default - role C(preflight)'s defaults), and C(link_gbps) (C(preflight_link_gbps), for O(bandwidth))
+      (O(step=verify)).
+    type: dict
+    default: {}
+  bandwidth:
+    description: With C(-e preflight=force) - C(async_status)'s results, in a loop over the attempt's rank nodes, of
+      the all-reduce test across them (preflight's test with the attempt's layout), judged as preflight judges it
+      (O(step=verify)); unset - no bandwidth test.
     type: list
     elements: dict
   reuse_lost:
@@ -221,10 +257,16 @@ notes:
   type: list
   elements: str
 line:
-  description: The line the play shows as the next attempt starts.
-  returned: step is place
+  description: The line the play shows as the next attempt starts (O(step=place)), or the replacements' preflight
+    in one line (O(step=verify)).
+  returned: step is place or verify
   type: str
   sample: "attempt 2/3 on worker1, worker3 (worker2 lost (node worker2 stopped answering (no heartbeat for 21s)))"
+verdicts:
+  description: The preflight verdicts of the nodes that take a place (O(step=verify)).
+  returned: step is verify
+  type: list
+  elements: dict
 summary:
   description: The run's summary over its attempts (O(step=finish)), as written to C(summary.json).
   returned: step is finish
@@ -240,6 +282,8 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.replacement import (
+    bandwidth_check, replacement_verdicts)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import attempts_markdown, plot_timeline
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
@@ -329,6 +373,31 @@ def place(module, p):
     module.exit_json(changed=bool(out["replaced"]) and not module.check_mode, line=line, **out)
 
 
+def verify(module, p):
+    nodes = list((p["replaced"] or {}).values())
+    probes = dict((r.get("item"), r) for r in p["probes"])
+    reference = p["reference"] or {}
+    ssh = dict((host, (r or {}).get("ssh") or {}) for host, r in reference.items())
+    verdicts = replacement_verdicts(p["job"], nodes, probes, ssh, p["settings"], reference)
+    if p["bandwidth"] is not None:
+        results = dict((r.get("item", {}).get("item") if isinstance(r.get("item"), dict) else r.get("item"), r)
+                       for r in p["bandwidth"])
+        verdicts.append(bandwidth_check(p["job"], results, p["settings"].get("link_gbps")))
+    failed = [v for v in verdicts if v["status"] == "fail"]
+    directory = _attempt_dir(p, p["attempt"])
+    if not module.check_mode:
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+        with open(os.path.join(directory, "replacement-preflight.json"), "w") as fh:
+            json.dump({"nodes": nodes, "verdicts": verdicts}, fh, indent=2, sort_keys=True)
+    if failed:
+        module.fail_json(msg="The node(s) taking a place failed their preflight, so attempt %d does not start: %s" % (
+            p["attempt"], "; ".join("%s %s: %s%s" % (v["check"], v["host"], v["detail"], ". Fix: %s" % v["fix"]
+                                                     if v.get("fix") else "") for v in failed)), verdicts=verdicts)
+    module.exit_json(changed=not module.check_mode, verdicts=verdicts, line="preflight of %s: %d checks passed" % (
+        ", ".join(nodes), len(verdicts)))
+
+
 def finish(module, p):
     records, retries = [], []
     for n in range(1, p["attempt"] + 1):
@@ -369,7 +438,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             run_dir=dict(type="path", required=True), run_id=dict(type="str", required=True),
-            step=dict(type="str", required=True, choices=["judge", "place", "finish"]),
+            step=dict(type="str", required=True, choices=["judge", "place", "verify", "finish"]),
             attempt=dict(type="int", required=True), restarts=dict(type="int", default=0),
             nodes=dict(type="list", elements="str", default=[]),
             failed_nodes=dict(type="list", elements="str", default=[]),
@@ -379,12 +448,15 @@ def main():
             quarantine_file=dict(type="path", default="~/.cache/multinode-deepspeed/quarantine.json"),
             spares_file=dict(type="path", default="~/.cache/multinode-deepspeed/spares.json"),
             spare_checks=dict(type="list", elements="dict"), reuse_lost=dict(type="bool", default=True),
+            replaced=dict(type="dict", default={}), job=dict(type="dict", default={}),
+            probes=dict(type="list", elements="dict", default=[]), reference=dict(type="dict", default={}),
+            settings=dict(type="dict", default={}), bandwidth=dict(type="list", elements="dict"),
         ),
         supports_check_mode=True,
     )
     p = module.params
     try:
-        {"judge": judge, "place": place, "finish": finish}[p["step"]](module, p)
+        {"judge": judge, "place": place, "verify": verify, "finish": finish}[p["step"]](module, p)
     except (OSError, ValueError) as exc:
         module.fail_json(msg="run_recovery (%s) could not read or write %s: %s" % (p["step"], p["run_dir"], exc))
 

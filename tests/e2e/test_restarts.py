@@ -150,10 +150,20 @@ def spare(worker2_back, run_playbook):
 
 def test_a_spare_takes_the_place_of_a_lost_node(spare, run_playbook, tmp_path):
     run_id = f"e2e-recover-spare-{int(time.time())}"
+    # -e preflight=force: the full preflight first, and the all-reduce test across worker1 and worker3 before the
+    # spare takes its place (the quick checks run without it too).
     res, summary = train_with_fault(run_playbook, run_id, _stop_worker2,
-                                    ["-e", "restarts=2", "-e", f"quarantine_file={tmp_path}/q.json"], "recover-spare")
+                                    ["-e", "restarts=2", "-e", f"quarantine_file={tmp_path}/q.json",
+                                     "-e", f"spares_file={tmp_path}/s.json", "-e", "preflight=force"], "recover-spare")
     first, second = summary["attempts"]
-    print(f"fault to the next attempt's first step: {second['fault_to_first_step']} s; goodput {summary['goodput']}")
+    print(f"fault to the next attempt's first step: {second['fault_to_first_step']} s with the spare's preflight and "
+          f"bandwidth test; goodput {summary['goodput']}")
+    checks = json.loads((ROOT / "runs" / run_id / "attempts" / "2" / "replacement-preflight.json").read_text())
+    assert checks["nodes"] == ["worker3"]
+    assert sorted(set(v["check"] for v in checks["verdicts"])) == ["bandwidth", "clock", "disk", "names", "ssh"]
+    assert all(v["status"] in ("pass", "warn") for v in checks["verdicts"]), checks
+    # The spare was held for this run while it ran, and given back at its end.
+    assert json.loads((tmp_path / "s.json").read_text())["spares"] == {}
     assert first["kind"] == "lost" and second["nodes"] == ["worker1", "worker3"] and second["start_step"] >= 50
     assert summary["status"] == "success" and summary["hosts"] == {"worker1": [0], "worker3": [1]}
     assert _losses(run_id, 2)[0] < _losses(run_id, 1)[0]

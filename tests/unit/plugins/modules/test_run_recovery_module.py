@@ -128,3 +128,24 @@ def test_the_last_attempt_says_the_budget_is_spent(tmp_path, run_module):
     assert second["retried"] is False and second["retry_reason"].startswith("worker2 lost (")
     assert second["retry_reason"].endswith("; the restart budget is spent (restarts=1)")
     assert "attempt 2: worker2 lost" in res["message"] and res["message"].startswith("failed after 2 attempt(s)")
+
+
+def test_verify_writes_the_replacements_preflight_and_fails_naming_the_fix(tmp_path, run_module):
+    run = tmp_path / "r1"
+    job = {"backend": "pdsh", "shared_dir": "/shared", "home": "/opt/mnds", "addresses": {"worker3": "10.0.0.3"},
+           "launch": {"ssh_pairs": [["coord", "worker3"]]}}
+    good = {"item": "worker3", "time": 100.1, "controller_before": 100.0, "controller_after": 100.2,
+            "resolved": {"worker3": {"addresses": ["10.0.0.3"]}},
+            "disk": {"/shared": {"free_bytes": 10 << 30}, "/opt/mnds": {"free_bytes": 10 << 30}}}
+    coord = {"time": 100.1, "controller_before": 100.0, "controller_after": 100.2,
+             "ssh": {"worker3": {"rc": 0, "stdout": "8192", "stderr": ""}}}
+    base = {"run_dir": str(run), "run_id": "r1", "attempt": 2, "step": "verify", "replaced": {"worker2": "worker3"},
+            "job": job, "reference": {"coord": coord}}
+    res = run_module(run_recovery, dict(base, probes=[good]))
+    assert res["line"] == "preflight of worker3: 5 checks passed"
+    assert json.loads((run / "attempts" / "2" / "replacement-preflight.json").read_text())["nodes"] == ["worker3"]
+    full = dict(good, disk={"/shared": {"free_bytes": 1 << 30}, "/opt/mnds": {"free_bytes": 10 << 30}})
+    res = run_module(run_recovery, dict(base, probes=[full]))
+    assert res["failed"] is True and res["msg"].startswith("The node(s) taking a place failed their preflight, so "
+                                                           "attempt 2 does not start: disk worker3: shared /shared")
+    assert "Fix: free space on /shared of worker3" in res["msg"]
