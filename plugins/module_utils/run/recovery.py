@@ -111,7 +111,8 @@ def ending(summary):
         out["kind"] = kind
         return out
     if lost:
-        out.update(kind=LOST, why="%s lost (%s)" % (", ".join(lost), reason or "no heartbeat"),
+        at = " at step %s" % step if step else ""
+        out.update(kind=LOST, why="%s lost%s (%s)" % (", ".join(lost), at, reason or "no heartbeat"),
                    scheduler_nodes=scheduler_nodes(summary, LOST))
         return out
     if kind is None and failure.get("exit_code") is not None:

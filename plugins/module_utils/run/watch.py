@@ -354,7 +354,9 @@ def progress_line(status, now, total_steps=None):
     elif queue_state(status):
         parts.append(queued_line(queue_state(status), now))
     else:
-        parts.append("starting")
+        resumed = [r for r in ranks.values() if r.get("event") == "start" and r.get("start_step")]
+        parts.append("starting, resumed from step %s" % min(r["start_step"] for r in resumed) if resumed else
+                     "starting")
     beats = []
     for host, beat in sorted((status.get("nodes") or {}).items()):
         beats.append("%s %s %.0fs" % (host, beat.get("state", "?"), max(0.0, now - beat.get("time", now))))

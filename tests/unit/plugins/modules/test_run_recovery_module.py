@@ -27,7 +27,7 @@ def test_judge_place_and_finish_a_run_that_lost_a_node(tmp_path, run_module):
             "nodes": ["worker1", "worker2"], "spares": ["worker3"]}
     res = run_module(run_recovery, dict(base, step="judge"))
     assert res["retry"] is True and res["failed_nodes"] == ["worker2"] and res["spares_free"] == ["worker3"]
-    assert res["wait"] == 5 and res["why"].startswith("worker2 lost (node worker2 stopped answering")
+    assert res["wait"] == 5 and res["why"].startswith("worker2 lost at step 14 (node worker2 stopped answering")
     assert json.loads((run / "attempts" / "1" / "recovery.json").read_text())["retry"] is True
     res = run_module(run_recovery, dict(base, step="place", failed_nodes=["worker2"], checks=[]))
     assert res["nodes"] == ["worker1", "worker3"] and res["replaced"] == {"worker2": "worker3"}
@@ -125,7 +125,7 @@ def test_the_last_attempt_says_the_budget_is_spent(tmp_path, run_module):
     res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 2, "restarts": 1,
                                     "step": "finish", "started": 1000.0, "spares_file": str(tmp_path / "s.json")})
     second = res["summary"]["attempts"][1]
-    assert second["retried"] is False and second["retry_reason"].startswith("worker2 lost (")
+    assert second["retried"] is False and second["retry_reason"].startswith("worker2 lost at step 14 (")
     assert second["retry_reason"].endswith("; the restart budget is spent (restarts=1)")
     assert "attempt 2: worker2 lost" in res["message"] and res["message"].startswith("failed after 2 attempt(s)")
 

@@ -41,7 +41,7 @@ def test_a_killed_rank_is_retried_and_its_signature_names_rank_step_and_signal()
 
 def test_a_lost_node_is_named_with_the_watchs_reason():
     end = recovery.ending(_fixture("lost.json"))
-    assert end["why"].startswith("worker2 lost (") and end["signature"] is None
+    assert end["why"].startswith("worker2 lost at step 25 (") and end["signature"] is None
 
 
 def test_success_and_the_endings_never_retried():

@@ -74,6 +74,9 @@ def test_progress_line():
     assert line == ("step 10/30 | loss 3.2500 | 1000 tok/s | 8.0 samples/s | eta 10s | "
                     "nodes: w1 running 2s, w2 running 1s")
     assert progress_line({"nodes": {}}, now=1.0) == "starting"
+    # A later attempt's ranks say where they resumed before their first step.
+    resumed = {"ranks": {"0": {"event": "start", "start_step": 50}, "1": {"event": "start", "start_step": 50}}}
+    assert progress_line(resumed, now=1.0) == "starting, resumed from step 50"
 
 
 def test_stop_signals_raise_interrupted_until_restored():
