@@ -274,7 +274,7 @@ def _disk(run_dir):
 
 def _release_lock(path, run_dir):
     """The run's checkpoint lock, given back when it holds this run's id; returns whether it was."""
-    return lock.release(path, os.path.basename(run_dir.rstrip("/")))
+    return lock.release(path, os.path.basename(run_dir.rstrip("/")), run_dir)
 
 
 def _read_nodes(run_dir):

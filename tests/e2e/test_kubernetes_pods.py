@@ -249,6 +249,8 @@ def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node)
         # Neither generation's Service is left, and no node was cordoned by the play.
         for service in (name, name + "-a2"):
             assert not k8s_exists(node, "Service", service, "default")
+        # The last attempt gave the model's checkpoint lock back (the next run of llama-tiny may start at once).
+        assert podman("exec", "mnds-coord", "test", "!", "-e", "/shared/checkpoints/llama-tiny.lock").returncode == 0
         assert not k8s_read(node["core"].read_node, node["node"])["spec"].get("unschedulable")
         assert not k8s_read(node["core"].read_node, "lost-node")["spec"].get("unschedulable")
     finally:

@@ -163,13 +163,16 @@ def take(path, run_id, run_dir, handoff=False):
     return None
 
 
-def release(path, run_id):
-    """Give the lock back when ``run_id`` holds it; returns whether it did."""
+def release(path, run_id, run_dir=None):
+    """Give the lock back when ``run_id`` holds it, or the run whose directory is ``run_dir`` (an attempt of a run
+    with restarts: ``runs/<id>/attempts/<n>``); returns whether it did."""
     if not os.path.exists(path):
         return False
     with guarded(path):
         state, record, _age_ = read(path)
-        if state != "held" or record["run_id"] != run_id:
+        mine = record.get("run_id") == run_id or (
+            run_dir is not None and os.path.normpath(str(record.get("run_dir") or "")) == os.path.normpath(run_dir))
+        if state != "held" or not mine:
             return False
         os.unlink(path)
     return True

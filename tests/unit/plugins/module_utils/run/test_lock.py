@@ -39,6 +39,17 @@ def test_taken_whole_and_given_back_only_by_its_run(tmp_path):
     assert lock.release(path, "r1") is True and not os.path.exists(path)
 
 
+def test_an_attempt_of_a_run_with_restarts_gives_it_back_by_its_directory(tmp_path):
+    # The watch knows an attempt's directory (runs/<id>/attempts/<n>), whose name is not the run id: the lock that
+    # attempt took is given back all the same (it lingered until its lease went stale, and the next run of the model
+    # was refused).
+    path = str(tmp_path / "ckpt.lock")
+    attempt = str(tmp_path / "runs" / "r1" / "attempts" / "2")
+    assert lock.take(path, "r1", attempt) is None
+    assert lock.release(path, "2", str(tmp_path / "runs" / "r0" / "attempts" / "2")) is False
+    assert lock.release(path, "2", attempt + "/") is True and not os.path.exists(path)
+
+
 def test_an_empty_or_damaged_lock_is_held_until_it_is_old(tmp_path):
     path = tmp_path / "m.lock"
     for text in ("", "{", "[1, 2]", '{"run_dir": "/x"}'):
