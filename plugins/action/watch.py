@@ -257,18 +257,8 @@ class ActionModule(ActionBase):
         started_at = self._start_clock(loop, follower, now)
         verdict, reason, action = decide(loop.status, opts["nodes"], opts["launchers"], now,
                                          heartbeat_timeout=opts["heartbeat_timeout"],
-                                         start_timeout=opts["start_timeout"],
-                                         started_at=started_at, world_size=opts["world_size"])
-        quiet = quiet_nodes(loop.status, opts["nodes"], now) if verdict == STOPPING and not action else []
-        probe = dict((h, opts["addresses"][h]) for h in quiet if h in opts["addresses"])
-        if probe:
-            # Quiet during the stop: a node the coordinator cannot reach either is gone, not waited for.
-            gone = unreachable((self._poll(task_vars, opts, loop, probe=probe) or {}).get("reachable"))
-            if gone:
-                verdict, reason, action = decide(loop.status, opts["nodes"], opts["launchers"], now,
-                                                 heartbeat_timeout=opts["heartbeat_timeout"],
-                                                 start_timeout=opts["start_timeout"], started_at=started_at,
-                                                 world_size=opts["world_size"], gone=gone)
+                                         start_timeout=opts["start_timeout"], started_at=started_at,
+                                         world_size=opts["world_size"], gone=self._gone(task_vars, opts, loop, now))
         # A full disk comes before what it causes (heartbeats that cannot be written, a rank that cannot log).
         loop.cause = loop.cause or disk_full(loop.status.get("disk"), loop.host)
         if loop.cause:
@@ -295,6 +285,15 @@ class ActionModule(ActionBase):
             verdict, reason, action = abort_for_stall(stall, probe)
         loop.verdict, loop.reason = verdict, reason
         return action
+
+    def _gone(self, task_vars, opts, loop, now):
+        """During a stop, the nodes quiet for a few seconds that the coordinator cannot reach either: gone, not
+        waited for until their heartbeats go stale."""
+        quiet = quiet_nodes(loop.status, opts["nodes"], now, stale_after=opts["heartbeat_timeout"])
+        probe = dict((h, opts["addresses"][h]) for h in quiet if h in opts["addresses"])
+        if not probe:
+            return []
+        return unreachable((self._poll(task_vars, opts, loop, probe=probe) or {}).get("reachable"))
 
     @staticmethod
     def _start_clock(loop, follower, now):

@@ -380,8 +380,8 @@ def verify(module, p):
     ssh = dict((host, (r or {}).get("ssh") or {}) for host, r in reference.items())
     verdicts = replacement_verdicts(p["job"], nodes, probes, ssh, p["settings"], reference)
     if p["bandwidth"] is not None:
-        results = dict((r.get("item", {}).get("item") if isinstance(r.get("item"), dict) else r.get("item"), r)
-                       for r in p["bandwidth"])
+        # async_status in a loop over the started tests: each result's item is the start's, whose item is the node.
+        results = dict((r["item"]["item"], r) for r in p["bandwidth"])
         verdicts.append(bandwidth_check(p["job"], results, p["settings"].get("link_gbps")))
     failed = [v for v in verdicts if v["status"] == "fail"]
     directory = _attempt_dir(p, p["attempt"])

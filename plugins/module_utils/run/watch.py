@@ -320,13 +320,14 @@ def blame_stall(stall, reachable):
 QUIET = 4.0
 
 
-def quiet_nodes(status, expected_nodes, now, quiet=QUIET):
-    """The nodes that, during an abort, have neither stopped nor beaten for ``quiet`` seconds."""
+def quiet_nodes(status, expected_nodes, now, quiet=QUIET, stale_after=20.0):
+    """The nodes that, during an abort, have neither stopped nor beaten for ``quiet`` seconds, and whose heartbeat is
+    not stale yet (``stale_after``: a stale one is not waited for anyway)."""
     nodes = status.get("nodes") or {}
     if not status.get("abort"):
         return []
     return [h for h in expected_nodes if h in nodes and nodes[h].get("state") not in ("aborted", "finished")
-            and now - nodes[h].get("time", 0) > quiet]
+            and quiet < now - nodes[h].get("time", 0) <= stale_after]
 
 
 def _alive(beat, now, timeout):
