@@ -397,15 +397,16 @@ def _summarize(p, run):
                         launcher_log="\n".join(run["launcher_logs"].values()), expect_metrics=p["expect_metrics"],
                         rank_hosts=run["rank_host"],
                         coordinator_machine=(nodes.get(p["coordinator"]) or {}).get("machine"))
-    failure = first_failure(abort_host_first(run["launcher_logs"], abort), run["layout_hosts"])
+    rank_texts = dict((rank, _read(path)) for rank, path in rank_logs.items())
+    failure = first_failure(abort_host_first(run["launcher_logs"], abort), run["layout_hosts"], rank_texts)
     lost = lost_nodes(abort, p["lost"])
     if failure is not None and failure.get("rank") is not None and failure["rank"] in rank_logs:
         failure["log"] = os.path.relpath(rank_logs[failure["rank"]], run_dir)
-        failure["last_lines"] = name_peers(_tail(_read(rank_logs[failure["rank"]])), p["addresses"])
+        failure["last_lines"] = name_peers(_tail(rank_texts[failure["rank"]]), p["addresses"])
     blame(summary, failure, abort, lost, p["cause"])
     summary["lost"] = lost
     texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in run["launcher_logs"].items())
-    texts.update(("logs/" + os.path.basename(path), _read(path)) for path in rank_logs.values())
+    texts.update(("logs/" + os.path.basename(path), rank_texts[rank]) for rank, path in rank_logs.items())
     summary["diagnosis"] = diagnose(texts, dict((h, b.get("versions") or {}) for h, b in nodes.items()))
     summary["failure"] = failure
     summary["abort"] = abort

@@ -72,6 +72,7 @@ RULES = [
 ]
 
 _COMPILED = [(rid, re.compile(rx), cause, remedy) for rid, rx, cause, remedy in RULES]
+_COMPILED_BY_ID = dict((rid, rx) for rid, rx, _cause, _remedy in _COMPILED)
 _EXIT = re.compile(r"^(?:(?P<host>[\w.\-]+): )?.*?(?:--local_rank=(?P<local>\d+)).*exits with return code = (?P<rc>-?\d+)")
 _EXIT_NO_RANK = re.compile(r"^(?:(?P<host>[\w.\-]+): )?.*exits with return code = (?P<rc>-?\d+)")
 
@@ -127,13 +128,26 @@ def _signal_name(num):
         return "signal %d" % num
 
 
-def first_failure(lines_by_host, layout_hosts):
-    """The first rank exit with a non-zero code: {host, rank, local_rank, exit_code, signal, line}.
+def first_failure(lines_by_host, layout_hosts, rank_texts=None):
+    """The rank exit with a non-zero code that caused the others: {host, rank, local_rank, exit_code, signal, line}.
 
     ``lines_by_host``: {host or None: text} -- a pdsh log whose lines start with ``host: ``
     (key None), or a node's own launcher log (key: the host).  ``layout_hosts``: the hostfile
-    layout (name, slots, first_rank) to turn a local rank into a global one.
+    layout (name, slots, first_rank) to turn a local rank into a global one.  ``rank_texts``:
+    {global rank: its log}; a rank that exited with an error after its collective lost its peer
+    ("Connection closed by peer") failed because of another: the first exit that is not such a
+    consequence is the cause, whatever order the nodes' launchers noticed them in.
     """
+    exits = list(_rank_exits(lines_by_host, layout_hosts))
+    consequence = _COMPILED_BY_ID["collective-timeout"]
+    for failure in exits:
+        text = (rank_texts or {}).get(failure["rank"]) or ""
+        if failure["exit_code"] < 0 or not consequence.search(text):
+            return failure
+    return exits[0] if exits else None
+
+
+def _rank_exits(lines_by_host, layout_hosts):
     first_rank = dict((h["name"], h["first_rank"]) for h in layout_hosts)
     for key, text in lines_by_host.items():
         for line in text.splitlines():
@@ -143,7 +157,7 @@ def first_failure(lines_by_host, layout_hosts):
             host = m.group("host") if m.group("host") in first_rank else key
             local = int(m.groupdict().get("local") or 0)
             rc = int(m.group("rc"))
-            return {
+            yield {
                 "host": host,
                 "local_rank": local,
                 "rank": first_rank[host] + local if host in first_rank else None,
@@ -151,7 +165,6 @@ def first_failure(lines_by_host, layout_hosts):
                 "signal": _signal_name(-rc) if rc < 0 else None,
                 "line": line.strip()[-400:],
             }
-    return None
 
 
 def abort_host_first(launcher_logs, abort):

@@ -80,6 +80,23 @@ def test_the_node_that_raised_the_abort_is_read_first():
     assert first_failure(abort_host_first(logs, None), LAYOUT)["rank"] == 0
 
 
+def test_a_rank_that_lost_its_peer_is_not_the_cause_even_when_its_node_noticed_first():
+    # Real lines: worker2's rank was killed by hand; worker1's rank then died on gloo's "Connection closed by
+    # peer", and worker1's launcher happened to report it first.
+    logs = {"coord": (FIXTURES / "pdsh_peer_noticed_first.log").read_text()}
+    ranks = {0: (FIXTURES / "rank_peer_closed.log").read_text(), 1: "user-script rank 1/2 on worker2 step 9 loss 0.9"}
+    failure = first_failure(logs, LAYOUT, ranks)
+    assert (failure["host"], failure["rank"], failure["signal"]) == ("worker2", 1, "SIGKILL")
+    # Without the ranks' logs the first exit reported is all there is to go by.
+    assert first_failure(logs, LAYOUT)["host"] == "worker1"
+    # Every rank lost its peer (a network cut, every exit an error): the first exit reported is named.
+    cut = {"coord": logs["coord"].replace("return code = -9", "return code = 1")}
+    assert first_failure(cut, LAYOUT, {0: ranks[0], 1: ranks[0]})["host"] == "worker1"
+    # A rank that raised its own error is the cause, not a peer killed by the abort that followed.
+    own = {0: "RuntimeError: boom", 1: ranks[0]}
+    assert first_failure(logs, LAYOUT, own)["host"] == "worker1"
+
+
 def failed_summary():
     return {"status": "success", "problems": ["rank 1 on worker2 did not finish"]}
 
