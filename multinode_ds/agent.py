@@ -43,6 +43,8 @@ MARKER = "MULTINODE_DS_RUN_ID"
 IO_ERRORS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.ESTALE: "stale file handle",
              errno.EIO: "I/O error", errno.EROFS: "read-only file system"}
 SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
+# How often a pause between heartbeats looks for the launcher's exit and the controller's records (seconds).
+WAKE = 0.1
 EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
 
 
@@ -337,7 +339,31 @@ class Agent:
             if reason:
                 return reason
             self.beat(state="running", pids=pids)
-            time.sleep(self.interval)
+            self.pause()
+
+    def pause(self):
+        """Wait one heartbeat period, or less: the launcher's exit, an ABORT record and (for a watcher) DONE are
+        seen within a tenth of a second, so that the run's end is an event, not the next beat."""
+        end = time.time() + self.interval
+        seen = self.records()
+        while True:
+            left = end - time.time()
+            if left <= 0:
+                return
+            if self.child is not None:
+                try:
+                    self.child.wait(timeout=min(left, WAKE))
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(min(left, WAKE))
+            if self.records() != seen:
+                return
+
+    def records(self):
+        """Which of the controller's records this node waits for exist: ABORT, and DONE for a watcher."""
+        return self.exists("ABORT"), self.child is None and self.exists("DONE")
 
     def note_failure(self, rc):
         """The launcher's exit code (``rc``: None while it runs) once it exited, and the first failed rank in its log:

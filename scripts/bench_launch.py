@@ -56,8 +56,12 @@ SHARED = "/shared"
 COORD = "mnds-coord"
 
 
+RUN_USER = "deepspeed"  # the account train.yml runs as (ssh_mesh_user's default): only it has the cluster key
+
+
 def podman_exec(node_container: str, script: str, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(["podman", "exec", node_container, "sh", "-c", script], capture_output=True, text=True,
+    res = subprocess.run(["podman", "exec", "--user", RUN_USER, "--workdir", "/tmp", node_container, "sh", "-c",
+                          script], capture_output=True, text=True,
                          env=dict(os.environ, CONTAINERS_CONF=str(CONF)), check=False)
     if check and res.returncode != 0:
         raise SystemExit(f"[bench-launch] {node_container}: {script[:80]}... failed: {res.stderr.strip()[-800:]}")

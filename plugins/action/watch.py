@@ -187,7 +187,7 @@ class ActionModule(ActionBase):
             # the switch writes ABORT on its own.
             self._warn(loop, self._release_switch(loop.switch or None, reason=(
                 switch_line(loop.reason) if loop.gave_up else ENDED) if finished else None))
-            if args.get("lock") and not loop.gave_up:
+            if args.get("lock") and not loop.gave_up and not loop.released:
                 try:
                     self._status(task_vars, release=args["lock"])
                 except Exception:  # pylint: disable=broad-except
@@ -213,7 +213,11 @@ class ActionModule(ActionBase):
         """Poll the run until its verdict is in (SUCCESS or FAILED): act on each poll's verdict, show the progress,
         and fail a stop that takes longer than stop_timeout."""
         while True:
-            status = self._poll(task_vars, opts, loop)
+            # After the first call, each call waits on the node for up to a poll interval and answers as soon as
+            # the run changes (a long poll): the run's end is seen at once, not at the next poll.
+            waited = opts["poll_interval"] if loop.status else 0
+            status = self._poll(task_vars, opts, loop, **(dict(wait=waited, seen=loop.status.get("moment"))
+                                                          if waited else {}))
             if status is None:
                 loop.verdict, loop.gave_up = FAILED, True
                 display.display("[%s] %s" % (loop.host, loop.reason), color="red")
@@ -226,15 +230,16 @@ class ActionModule(ActionBase):
             if action and action[0] in ("abort", "done"):
                 if action[0] == "abort":
                     display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
+                # A run that ended well gives its checkpoint lock back in the same call that writes DONE.
                 kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else []) \
-                    if action[0] == "abort" else dict(done=True)
+                    if action[0] == "abort" else dict(done=True, **self._lock_release(loop))
                 if len(action) > 3:
                     kw["cause"] = action[3]
                 status = self._poll(task_vars, opts, loop, **kw)
                 if status is None:
                     loop.verdict, loop.gave_up = FAILED, True
                     break
-                loop.status = status if action[0] == "abort" else loop.status
+                loop.status = status if action[0] == "abort" else dict(loop.status, moment=status.get("moment"))
             self._show_progress(loop, now, opts, follower)
             if loop.verdict in (SUCCESS, FAILED):
                 break
@@ -244,11 +249,20 @@ class ActionModule(ActionBase):
                     loop.reason = stop_overdue(loop.reason, opts["stop_timeout"])
                     loop.verdict = FAILED
                     break
-            time.sleep(opts["poll_interval"])
+            if not waited:
+                time.sleep(opts["poll_interval"])
             if os.getppid() != loop.ppid:
                 # Ansible's main process is gone (killed): this worker runs in a session of its own and would
                 # watch on, unseen; stop the run as Ctrl-C does.
                 raise Interrupted("the controller's main process went away")
+
+    def _lock_release(self, loop):
+        """The done call's ``release`` argument: the run's checkpoint lock, given back once."""
+        lock = self._task.args.get("lock")
+        if not lock or loop.released:
+            return {}
+        loop.released = True
+        return {"release": lock}
 
     def _judge(self, task_vars, opts, follower, loop, now):
         """This poll's verdict and reason (into ``loop``) and its action: the agents' records first, then the
@@ -395,3 +409,4 @@ class _Loop(object):
         self.verdict = RUNNING
         self.status = {}
         self.switch = None
+        self.released = False

@@ -54,6 +54,20 @@ options:
     description: Write C(control/DONE), telling the watching agents that the run ended well.
     type: bool
     default: false
+  wait:
+    description:
+      - Seconds to wait, after the writes, for the run to change before answering (a long poll). The call answers
+        as soon as an agent's state or exit code changes, an agent appears, or C(ABORT) or C(DONE) appears, and
+        after O(wait) seconds at the latest. V(0) answers at once.
+      - The M(multinode.deepspeed.watch) action waits its poll interval in each call, so that the end of a run is
+        seen within a fraction of a second instead of at its next poll.
+    type: float
+    default: 0
+  seen:
+    description:
+      - With O(wait), the RV(moment) the caller saw last. The call answers at once when the run is already past
+        it (a change between two calls is not waited through).
+    type: raw
   cause:
     description:
       - With O(abort), what brought the run down when it is not a rank or a node (a full disk); the abort record
@@ -132,6 +146,13 @@ now:
   description: The node's clock when it read the files; the watch compares the heartbeats' times with it.
   returned: always
   type: float
+moment:
+  description:
+    - What a long poll (O(wait)) compares - each agent's host, state and exit code, and whether C(ABORT) and
+      C(DONE) exist - for the next call's O(seen).
+  returned: always
+  type: list
+  elements: raw
 """
 
 import glob
@@ -177,6 +198,8 @@ def main():
             lost=dict(type="list", elements="str", default=[]),
             probe_port=dict(type="int", default=22),
             cause=dict(type="str"),
+            wait=dict(type="float", default=0),
+            seen=dict(type="raw"),
         ),
         supports_check_mode=True,
     )
@@ -189,12 +212,36 @@ def main():
     if p["release"] and not module.check_mode:
         changed = _release_lock(p["release"], run_dir) or changed
     nodes = _read_nodes(run_dir)
+    if p["wait"] > 0 and not module.check_mode:
+        nodes = _wait_for_change(run_dir, control, nodes, p["wait"], p["seen"])
     ranks, done = _read_ranks(run_dir)
     reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
     module.exit_json(changed=changed, nodes=nodes, abort=_abort_record(control),
                      ranks=ranks, done_ranks=sorted(done), now=time.time(), logs_mtime=_logs_mtime(run_dir),
                      reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))),
-                     disk=_disk(run_dir))
+                     disk=_disk(run_dir), moment=_moment(control, nodes))
+
+
+def _wait_for_change(run_dir, control, nodes, wait, seen=None, period=0.1):
+    """The agents' heartbeats once the run changed (see O(wait)) from ``seen`` or from now, or after ``wait``
+    seconds."""
+    first = seen if seen is not None else _moment(control, nodes)
+    if _moment(control, nodes) != first:
+        return nodes
+    deadline = time.time() + wait
+    while time.time() < deadline:
+        time.sleep(min(period, max(0.0, deadline - time.time())))
+        nodes = _read_nodes(run_dir)
+        if _moment(control, nodes) != first:
+            break
+    return nodes
+
+
+def _moment(control, nodes):
+    """What the watch decides on, without the heartbeats' times: each agent's state and exit code, and which of
+    the run's records exist."""
+    return [sorted([host, beat.get("state"), beat.get("exit_code")] for host, beat in nodes.items()),
+            os.path.exists(os.path.join(control, "ABORT")), os.path.exists(os.path.join(control, "DONE"))]
 
 
 def _object(value):

@@ -65,6 +65,13 @@ options:
         first, and the rank that failed first is recorded as a consequence of it. The abort record's C(cause) is
         used when this is not set.
     type: str
+  plots_in_background:
+    description:
+      - Draw the plots in a process of their own that the module does not wait for (C(train.yml) does, so that the
+        play does not wait for matplotlib). C(report.md) names them at once and they appear within a second or
+        two; RV(plots) lists the paths they will have.
+    type: bool
+    default: false
   addresses:
     description: Node -> address; the addresses in a failed rank's last lines (gloo and NCCL name peers by address)
       get the node's name beside them.
@@ -94,7 +101,9 @@ notes:
     that failed after a node was lost is recorded as a consequence of it.
   - The first failure is the first line C(... exits with return code = N) (N not 0) in the launcher logs, the log of
     the node that wrote the abort record being read first. The line gives the host (pdsh prefixes it) and the local
-    rank, which the hostfile turns into a global rank.
+    rank, which the hostfile turns into a global rank. A rank that exited with an error after its collective lost
+    its peer (C(Connection closed by peer) in its log) is passed over for another rank's exit that is not such a
+    consequence (a rank killed by a signal), whichever node's launcher noticed first.
   - The diagnosis (C(plugins/module_utils/run/diagnose.py)) looks for known patterns in the launcher and rank logs -
     the hostfile fallback, RDMA that cannot initialize, collective and rendezvous timeouts, CUDA out of memory, an
     invalid device ordinal, SSH host key and permission errors, a master port in use, a missing Python module, an
@@ -257,16 +266,15 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
     abort_host_first, diagnose, first_failure)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import build, parse
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_series
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_paths, plot_series
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
     blame, hosts_by_log, launcher_exit, lost_nodes, node_report, rank_environment, rank_log_index, read_jsonl,
     summarize)
 
 try:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: F401  # pylint: disable=unused-import
-    HAS_MATPLOTLIB = True
+    # Found, not imported: the plots import it when they are drawn (maybe in a process of their own).
+    from importlib.util import find_spec
+    HAS_MATPLOTLIB = find_spec("matplotlib") is not None
 except ImportError:
     HAS_MATPLOTLIB = False
 
@@ -333,6 +341,7 @@ def main():
             coordinator=dict(type="str"),
             expect_metrics=dict(type="bool", default=True),
             plots=dict(type="bool", default=True),
+            plots_in_background=dict(type="bool", default=False),
             extra=dict(type="dict", default={}),
             started=dict(type="float"),
             addresses=dict(type="dict", default={}),
@@ -437,12 +446,33 @@ def _write_report(module, p, run, summary):
         with open(out, "w") as fh:
             fh.write(text)
         if p["plots"]:
-            plots = plot_series(run["records"], run["rank_host"], os.path.join(run_dir, "plots"))
+            plots = _plots(run, os.path.join(run_dir, "plots"), p["plots_in_background"])
         with open(os.path.join(run_dir, "report.md"), "w") as fh:
             fh.write(markdown(summary, [os.path.relpath(x, run_dir) for x in plots]))
     report = os.path.join(run_dir, "report.md")
     module.exit_json(changed=changed, summary=summary, path=out, report=report, plots=plots,
                      message=message(summary, report, out))
+
+
+def _plots(run, out_dir, background):
+    """The run's plots, drawn here, or (``background``) in a child process that outlives this module: its
+    standard streams go to /dev/null, so that Ansible's read of this module's answer ends when the module does."""
+    if not background or not plot_paths(run["records"], out_dir):
+        return plot_series(run["records"], run["rank_host"], out_dir)
+    try:
+        pid = os.fork()
+    except OSError:
+        return plot_series(run["records"], run["rank_host"], out_dir)
+    if pid:
+        return plot_paths(run["records"], out_dir)
+    try:  # the child: no exception leaves it, whatever happens
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        plot_series(run["records"], run["rank_host"], out_dir)
+    finally:
+        os._exit(0)
 
 
 if __name__ == "__main__":

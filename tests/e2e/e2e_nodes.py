@@ -62,6 +62,18 @@ def load_summary(run_id):
     return json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
 
 
+def wait_for_files(paths, seconds=30):
+    """Wait until every path exists and is not empty (train.yml draws a run's plots in the background); returns the
+    ones still missing."""
+    deadline = time.time() + seconds
+    missing = list(paths)
+    while missing and time.time() < deadline:
+        missing = [p for p in paths if not p.exists() or p.stat().st_size == 0]
+        if missing:
+            time.sleep(0.2)
+    return missing
+
+
 def on_coord(command):
     """A shell command on the coordinator."""
     return podman("exec", "mnds-coord", "sh", "-c", command)

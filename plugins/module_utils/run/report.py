@@ -17,23 +17,32 @@ def _steps(records):
     return [r for r in records if r.get("event") == "step"]
 
 
+PLOTS = [
+    ("loss.png", "Loss (mean over ranks)", "loss", True),
+    ("throughput.png", "Throughput (tokens/s, whole job)", "tokens_per_sec", True),
+    ("step_time.png", "Step time per rank (s): a slow node stands out", "step_time", False),
+]
+
+
+def plot_paths(records_by_rank, out_dir):
+    """The plots plot_series draws for these records: none when no rank wrote a step."""
+    if not any(_steps(r) for r in records_by_rank.values()):
+        return []
+    return [os.path.join(out_dir, spec[0]) for spec in PLOTS]
+
+
 def plot_series(records_by_rank, rank_host, out_dir):
     """loss.png, throughput.png and step_time.png (one line per rank, labelled with its host)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if not any(_steps(r) for r in records_by_rank.values()):
+    if not plot_paths(records_by_rank, out_dir):
         return []
     if not os.path.isdir(out_dir):
         os.makedirs(out_dir)
     paths = []
-    specs = [
-        ("loss.png", "Loss (mean over ranks)", "loss", True),
-        ("throughput.png", "Throughput (tokens/s, whole job)", "tokens_per_sec", True),
-        ("step_time.png", "Step time per rank (s): a slow node stands out", "step_time", False),
-    ]
-    for name, title, key, rank0_only in specs:
+    for name, title, key, rank0_only in PLOTS:
         fig, ax = plt.subplots(figsize=(7, 3.5))
         for rank in sorted(records_by_rank):
             if rank0_only and rank != min(records_by_rank):

@@ -74,3 +74,37 @@ def test_a_failed_rank_in_the_launchers_log_aborts_the_run(tmp_path):
     a.note_failure(None)
     assert a.state["exit_code"] is None and a.state["failed_line"] == line
     assert abort_record(a) == {"reason": "a rank on n1 exited with -9", "host": "n1", "exit_code": -9, "line": line}
+
+
+def timed_pause(a, after=None, delay=0.3):
+    """Seconds one pause took, with ``after`` run ``delay`` seconds into it (in a thread)."""
+    import threading
+    if after is not None:
+        threading.Timer(delay, after).start()
+    t0 = time.monotonic()
+    a.pause()
+    return time.monotonic() - t0
+
+
+def test_a_pause_is_one_heartbeat_unless_something_happens(tmp_path):
+    a = make(tmp_path, "--interval", "1.5")
+    assert timed_pause(a) >= 1.5
+    # A watcher wakes when DONE appears, not at its next beat; DONE already there does not make it spin.
+    assert timed_pause(a, lambda: (a.control / "DONE").write_text("1\n")) < 1.0
+    assert timed_pause(a) >= 1.5
+    assert timed_pause(a, lambda: (a.control / "ABORT").write_text("{}")) < 1.0
+
+
+def test_a_launcher_wakes_when_its_launcher_exits(tmp_path):
+    import subprocess
+    import sys
+    a = make(tmp_path, "--interval", "3")
+    a.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    assert timed_pause(a) < 2.0 and a.child.poll() == 0
+    # A launcher does not wait for DONE (the controller writes it for the watchers).
+    a.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert timed_pause(a, lambda: (a.control / "DONE").write_text("1\n"), 0.2) >= 3.0
+    finally:
+        a.child.kill()
+        a.child.wait()

@@ -131,3 +131,39 @@ def test_a_record_whose_content_the_disk_refuses_is_still_there(tmp_path, monkey
     path = tmp_path / "ABORT"
     run_status._put(str(path), "{}")
     assert path.exists() and path.read_text() == ""
+
+
+def test_a_long_poll_answers_when_the_run_changes_not_when_a_heartbeat_ticks(tmp_path, run_module):
+    import threading
+    import time
+    d = run_dir(tmp_path)
+
+    def beat(state, at):
+        (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": state, "time": at}))
+
+    # A beat that only moves the time does not end the wait.
+    threading.Timer(0.2, beat, ("running", 9.0)).start()
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 0.8})
+    assert time.monotonic() - t0 >= 0.8 and res["nodes"]["w1"]["time"] == 9.0
+    # The launcher's agent finishing does, at once.
+    threading.Timer(0.2, beat, ("finished", 10.0)).start()
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 5})
+    assert time.monotonic() - t0 < 2 and res["nodes"]["w1"]["state"] == "finished"
+    # So does a record another node writes (ABORT).
+    (d / "control").mkdir(exist_ok=True)
+    threading.Timer(0.2, (d / "control" / "ABORT").write_text, ('{"reason": "x"}',)).start()
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 5})
+    assert time.monotonic() - t0 < 2 and res["abort"] == {"reason": "x"}
+
+
+def test_a_long_poll_does_not_wait_through_a_change_the_caller_has_not_seen(tmp_path, run_module):
+    import time
+    d = run_dir(tmp_path)
+    seen = run_module(run_status, {"run_dir": str(d)})["moment"]
+    (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": "finished", "time": 7.0}))
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 5, "seen": seen})
+    assert time.monotonic() - t0 < 1 and res["nodes"]["w1"]["state"] == "finished" and res["moment"] != seen

@@ -28,6 +28,28 @@ def test_summary_json_written_from_metrics(tmp_path, capsys):
     assert on_disk["model"] == "llama-tiny"
 
 
+def test_plots_drawn_in_the_background_appear_after_the_module_answered(tmp_path, capsys):
+    import time
+    (tmp_path / "metrics").mkdir()
+    recs = [{"event": "start", "rank": 0, "host": "worker1", "local_rank": 0, "world_size": 1}]
+    recs += [{"event": "step", "step": s, "loss": 5.0 - s, "step_time": 0.1, "tokens_per_sec": 10.0, "rank": 0,
+              "host": "worker1"} for s in (1, 2, 3)]
+    (tmp_path / "metrics" / "rank0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    with patch_module_args({"run_dir": str(tmp_path), "run_id": "r1", "world_size": 1, "launcher_rc": 0,
+                            "plots_in_background": True}):
+        with pytest.raises(SystemExit):
+            run_summary.main()
+    res = json.loads(capsys.readouterr().out)
+    names = ["loss.png", "throughput.png", "step_time.png"]
+    assert [p.rsplit("/", 1)[1] for p in res["plots"]] == names
+    assert "![loss](plots/loss.png)" in (tmp_path / "report.md").read_text()
+    deadline = time.time() + 30
+    while time.time() < deadline and not all((tmp_path / "plots" / n).exists() for n in names):
+        time.sleep(0.2)
+    time.sleep(0.5)  # the last one written whole
+    assert all((tmp_path / "plots" / n).read_bytes()[:4] == b"\x89PNG" for n in names)
+
+
 def test_a_lost_node_is_named_first_and_its_peers_failure_is_a_consequence(tmp_path, capsys):
     (tmp_path / "metrics").mkdir()
     (tmp_path / "logs").mkdir()
