@@ -42,6 +42,12 @@ options:
     description: Where role C(stack) put the bundled trainer, C(multinode_ds) (its version is read from it).
     type: path
     default: /opt/multinode-deepspeed/lib/multinode_ds
+  record:
+    description:
+      - The record role C(stack) wrote when it last provisioned the node (C(stack_record_path)); returned, parsed,
+        as C(stack_record) (null when it is missing or not JSON). With the fingerprint, it tells role C(stack)
+        that nothing changed since, so that pip, the version import and the ops build need not run.
+    type: path
   user:
     description:
       - The account the run runs as (C(ssh_mesh_user)); its uid is returned as C(uid) (V(null) where it does not
@@ -139,6 +145,10 @@ ansible_facts:
             - A hash of the Python version, every C(*.dist-info) name and the trainer's version - any installed, removed
               or changed package changes it (null without a venv).
           type: str
+        stack_record:
+          description: With O(record), that record (a dict), or null when it is missing or not JSON.
+          returned: with O(record)
+          type: dict
         files:
           description: The job variable files that were read.
           type: list
@@ -159,6 +169,7 @@ ansible_facts:
           type: str
 """
 
+import json
 import os
 import pwd
 
@@ -199,6 +210,16 @@ def user_id(name):
         return None
 
 
+def read_record(path):
+    """A JSON object from ``path``; None when it is missing, unreadable or not an object."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (IOError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         paths=dict(type="list", elements="path",
@@ -207,6 +228,7 @@ def main():
         trainer_dir=dict(type="path", default="/opt/multinode-deepspeed/lib/multinode_ds"),
         nvidia_smi=dict(type="str", default="nvidia-smi"),
         user=dict(type="str"),
+        record=dict(type="path"),
         port=dict(type="str", default=str(DEFAULTS["master_port"]))),
         supports_check_mode=True)
     params = module.params
@@ -227,6 +249,8 @@ def main():
             "ipv4": ipv4, "ipv6": ipv6, "versions": versions, "stack_fingerprint": fingerprint, "files": read}
     if params["user"]:
         node["uid"] = user_id(params["user"])
+    if params["record"]:
+        node["stack_record"] = read_record(params["record"])
     port = (params["port"] or "").strip()
     if port.isdigit() and 0 < int(port) < 65536:
         node["port"] = int(port)

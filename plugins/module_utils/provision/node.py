@@ -116,3 +116,25 @@ def port_state(port, host=""):
         return False, "port %s is not free: %s" % (port, why)
     finally:
         sock.close()
+
+
+# What role stack's record must still say for a node to count as provisioned with the wanted stack.
+RECORD_KEYS = ("build", "accelerator", "packages")
+
+
+def stack_unchanged(node, wanted):
+    """Whether the node is as role stack's last run left it, for the stack wanted now: its venv's fingerprint (every
+    dist-info name, the Python and the trainer's version) is the one recorded then, and so are the build, the
+    accelerator, the pinned packages and the CUDA settings.  Then pip has nothing to install and the versions
+    recorded are the ones an import would read.  ``node``: node_facts' ``multinode_node`` (with ``stack_record``);
+    ``wanted``: build, accelerator, packages, cuda_env."""
+    record = node.get("stack_record") or {}
+    fingerprint = node.get("stack_fingerprint")
+    if not fingerprint or record.get("fingerprint") != fingerprint:
+        return False
+    if any(record.get(key) != wanted.get(key) for key in RECORD_KEYS):
+        return False
+    if (record.get("cuda_env") or {}) != (wanted.get("cuda_env") or {}):
+        return False
+    versions = record.get("versions")
+    return isinstance(versions, dict) and "error" not in versions

@@ -73,3 +73,22 @@ def test_port_state_sees_a_listener():
     finally:
         sock.close()
     assert node.port_state(port) == (True, "")
+
+
+def test_a_node_is_unchanged_only_while_its_venv_and_the_wanted_stack_match_the_record():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import stack_unchanged
+    wanted = {"build": "cpu", "accelerator": "cpu", "packages": ["torch==2.13.0+cpu", "deepspeed==0.18.2"],
+              "cuda_env": {}}
+    record = dict(wanted, fingerprint="ab12", versions={"torch": "2.13.0+cpu", "deepspeed": "0.18.2"})
+    node = {"stack_fingerprint": "ab12", "stack_record": record}
+    assert stack_unchanged(node, wanted) is True
+    # A package installed or removed by hand (the fingerprint), a new pin, another build or CUDA settings: not.
+    assert stack_unchanged(dict(node, stack_fingerprint="cd34"), wanted) is False
+    assert stack_unchanged(node, dict(wanted, packages=["torch==2.13.0+cpu", "deepspeed==0.18.3"])) is False
+    assert stack_unchanged(node, dict(wanted, build="cu126")) is False
+    assert stack_unchanged(node, dict(wanted, cuda_env={"CUDA_HOME": "/usr/local/cuda"})) is False
+    # No venv, no record, a record from before fingerprints, or one whose versions could not be read: not.
+    assert stack_unchanged({"stack_fingerprint": None, "stack_record": record}, wanted) is False
+    assert stack_unchanged({"stack_fingerprint": "ab12", "stack_record": None}, wanted) is False
+    assert stack_unchanged(dict(node, stack_record=dict(record, fingerprint=None)), wanted) is False
+    assert stack_unchanged(dict(node, stack_record=dict(record, versions={"error": "no torch"})), wanted) is False
