@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery docs
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site docs
 
 setup:
 	@scripts/setup
@@ -56,6 +56,10 @@ bench-slurm:
 
 bench-launch:
 	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)
+
+# site.yml with nothing to change against the first site.yml on fresh nodes (SIZES: worker counts; remakes the cluster).
+bench-site:
+	$(BIN)/python scripts/bench_site.py --sizes $(or $(SIZES),2,8) --rounds $(or $(ROUNDS),3)
 
 # A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
 bench-recovery:
