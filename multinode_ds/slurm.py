@@ -239,7 +239,7 @@ class Job:
         """The inventory's name for a Slurm node (the batch script uses Slurm's)."""
         return self.names.get(node, node)
 
-    def record(self, final=False, tries=10) -> dict:
+    def record(self, final=False, tries=40) -> dict:
         rec = {"name": "slurm", "job_id": self.job_id, "state": self.info.get("JobState", self.state or "PENDING"),
                "exit_code": self.info.get("ExitCode"), "elapsed": self.info.get("RunTime"),
                "nodes": self.info.get("NodeList") or self.nodelist, "partition": self.info.get("Partition"),
@@ -257,7 +257,7 @@ class Job:
                 if rc != 0:
                     rec["sacct"] = (_err or out).strip()[:300]
                     break
-                time.sleep(1)
+                time.sleep(0.25)
         write_json(self.run_dir / "scheduler.json", rec)
         return rec
 
@@ -458,7 +458,8 @@ def parse_args(argv=None):
     j = sub.add_parser("job", help="submit the run's batch job and follow it (on the coordinator)")
     j.add_argument("--run-dir", required=True)
     j.add_argument("--host", default=None, help="the coordinator's inventory name (default: its hostname)")
-    j.add_argument("--poll", type=float, default=2.0)
+    j.add_argument("--poll", type=float, default=0.5,
+                   help="seconds between two looks at the job (scontrol, a cheap call): its end is seen at once")
     r = sub.add_parser("rank", help="start one rank (under srun)")
     r.add_argument("--run-dir", required=True)
     r.add_argument("--master-addr", required=True)

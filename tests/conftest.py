@@ -37,12 +37,29 @@ def _scenarios():
     return scenarios
 
 
+def _early():
+    where = str(ROOT / "tests" / "e2e")
+    if where not in sys.path:
+        sys.path.insert(0, where)
+    import early  # pylint: disable=import-outside-toplevel
+    return early
+
+
 def pytest_collection_finish(session):
+    # A session with end-to-end tests starts the local cluster and its first site.yml now, in the background
+    # (tests/e2e/early.py; MNDS_E2E_EARLY=0 leaves them to the fixtures): they overlap the unit tests.
+    e2e = any(item.get_closest_marker("e2e") is not None for item in session.items)
+    _start_molecule(session, e2e)
+    if e2e and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
+        _early().start()
+
+
+def _start_molecule(session, e2e):
     chosen = set(item.callspec.params["scenario"] for item in session.items
                  if item.get_closest_marker("molecule") is not None and getattr(item, "callspec", None) is not None
                  and "scenario" in item.callspec.params)
     if chosen and os.environ.get("MNDS_MOLECULE_EARLY", "1") != "0":
-        _scenarios().start(chosen, e2e=any(item.get_closest_marker("e2e") is not None for item in session.items))
+        _scenarios().start(chosen, e2e=e2e)
 
 
 @pytest.hookimpl(tryfirst=True)

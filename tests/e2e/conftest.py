@@ -1,49 +1,15 @@
 """One local cluster shared by every end-to-end test of the session."""
 import os
-import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+import early
 from e2e_nodes import localcluster
+from early import Result, run_playbook  # noqa: F401  # pylint: disable=unused-import
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTPUT = ROOT / "tests" / "output"
-BIN = Path(sys.executable).parent
-
-
-class Result:
-    def __init__(self, rc, out, log):
-        self.rc, self.out, self.log = rc, out, log
-
-    def recap(self):
-        """{host: {ok: n, changed: n, ...}} from the PLAY RECAP."""
-        out = {}
-        for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", self.out, re.M):
-            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-        return out
-
-    def tail(self, n=60):
-        return "\n".join(self.out.splitlines()[-n:])
-
-
-def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_extra=None, cwd=ROOT):
-    OUTPUT.mkdir(parents=True, exist_ok=True)
-    cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
-    if inventory:
-        cmd += ["-i", str(inventory)]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               PATH=f"{BIN}:{os.environ.get('PATH', '')}", PWD=str(cwd))
-    env.update(env_extra or {})
-    log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
-    t0 = time.time()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
-    log.write_text(proc.stdout)
-    print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
-    return Result(proc.returncode, proc.stdout, log)
 
 
 @pytest.fixture(name="run_playbook", scope="session")
@@ -55,13 +21,12 @@ def run_playbook_fixture():
 @pytest.fixture(scope="session")
 def cluster():
     """Start (or reuse) the local cluster; removed at the end under CI unless MNDS_KEEP_CLUSTER=1."""
-    t0 = time.time()
-    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
-    print(res.stdout)
-    if res.returncode != 0:
-        pytest.fail(f"scripts/localcluster.py up failed (rc={res.returncode}):\n{res.stdout[-4000:]}", pytrace=False)
-    print(f"local cluster up in {time.time() - t0:.0f}s")
+    # Started early (tests/e2e/early.py, from tests/conftest.py) it overlapped the unit tests; else up now.
+    rc, out, seconds = early.result("cluster") or early.cluster_up()
+    print(out)
+    if rc != 0:
+        pytest.fail(f"scripts/localcluster.py up failed (rc={rc}):\n{out[-4000:]}", pytrace=False)
+    print(f"local cluster up in {seconds:.0f}s")
     yield ROOT / "inventories" / "local" / "hosts.yml"
     if os.environ.get("CI") and not os.environ.get("MNDS_KEEP_CLUSTER"):
         subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "down"], cwd=ROOT, check=False)
@@ -70,7 +35,7 @@ def cluster():
 @pytest.fixture(scope="session")
 def provisioned(cluster):
     """site.yml run once for the session, with Slurm (the idempotence test runs it again)."""
-    res = run_playbook("site.yml", "-e", "slurm=true", name="site-first")
+    res = early.result("site") or early.first_site()
     assert res.rc == 0, res.tail()
     return res
 

@@ -139,7 +139,9 @@ def test_a_long_poll_answers_when_the_run_changes_not_when_a_heartbeat_ticks(tmp
     d = run_dir(tmp_path)
 
     def beat(state, at):
-        (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": state, "time": at}))
+        # As the agents write it: whole, by a rename.
+        (d / "nodes" / ".w1.json.tmp").write_text(json.dumps({"host": "w1", "state": state, "time": at}))
+        os.replace(d / "nodes" / ".w1.json.tmp", d / "nodes" / "w1.json")
 
     # A beat that only moves the time does not end the wait.
     threading.Timer(0.2, beat, ("running", 9.0)).start()
@@ -149,14 +151,14 @@ def test_a_long_poll_answers_when_the_run_changes_not_when_a_heartbeat_ticks(tmp
     # The launcher's agent finishing does, at once.
     threading.Timer(0.2, beat, ("finished", 10.0)).start()
     t0 = time.monotonic()
-    res = run_module(run_status, {"run_dir": str(d), "wait": 5})
-    assert time.monotonic() - t0 < 2 and res["nodes"]["w1"]["state"] == "finished"
+    res = run_module(run_status, {"run_dir": str(d), "wait": 10})
+    assert time.monotonic() - t0 < 5 and res["nodes"]["w1"]["state"] == "finished"
     # So does a record another node writes (ABORT).
     (d / "control").mkdir(exist_ok=True)
     threading.Timer(0.2, (d / "control" / "ABORT").write_text, ('{"reason": "x"}',)).start()
     t0 = time.monotonic()
-    res = run_module(run_status, {"run_dir": str(d), "wait": 5})
-    assert time.monotonic() - t0 < 2 and res["abort"] == {"reason": "x"}
+    res = run_module(run_status, {"run_dir": str(d), "wait": 10})
+    assert time.monotonic() - t0 < 5 and res["abort"] == {"reason": "x"}
 
 
 def test_a_long_poll_does_not_wait_through_a_change_the_caller_has_not_seen(tmp_path, run_module):
@@ -165,5 +167,5 @@ def test_a_long_poll_does_not_wait_through_a_change_the_caller_has_not_seen(tmp_
     seen = run_module(run_status, {"run_dir": str(d)})["moment"]
     (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": "finished", "time": 7.0}))
     t0 = time.monotonic()
-    res = run_module(run_status, {"run_dir": str(d), "wait": 5, "seen": seen})
-    assert time.monotonic() - t0 < 1 and res["nodes"]["w1"]["state"] == "finished" and res["moment"] != seen
+    res = run_module(run_status, {"run_dir": str(d), "wait": 10, "seen": seen})
+    assert time.monotonic() - t0 < 5 and res["nodes"]["w1"]["state"] == "finished" and res["moment"] != seen

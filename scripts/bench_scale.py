@@ -1,0 +1,141 @@
+"""What Ansible's part of a launch and of a no-op site.yml costs as the cluster grows, on the local cluster.
+
+    make bench-scale [SIZES=2,4,8,16] [ROUNDS=2] [STEPS=5]
+    .venv/bin/python scripts/bench_scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--json FILE]
+
+For each size N (workers, one rank each; N + 1 nodes with the coordinator): the local cluster is made
+again with N workers, site.yml runs (the first, timed) and once more with nothing to change (timed,
+per node), then train.yml -e preflight=false -e steps=STEPS runs ROUNDS times.  For each launch:
+
+  before   command start -> the last agent started (nodes/*.json "started"): Ansible's part of the start
+  ranks    the last agent started -> rank 0's first step: the ranks' own start, reported apart -
+           every rank shares this machine's 2 cores, so it grows with N for reasons no play controls
+  after    the last rank's "done" record -> the command's end: Ansible's part of the end
+
+Ansible's part is before + after.  Prints a table (medians over the rounds), its ratio to the smallest
+size, draws tests/output/bench-scale.png and writes the numbers as JSON.  The cluster is left at the
+last size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = ROOT / ".venv" / "bin"
+sys.path.insert(0, str(ROOT / "scripts"))
+from bench_site import localcluster, site  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def records(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def launch(run_id: str, steps: int) -> dict:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    t0 = time.time()
+    res = subprocess.run([str(BIN / "ansible-playbook"), "train.yml", "-e", "preflight=false", "-e", f"steps={steps}",
+                          "-e", f"run_id={run_id}"], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    end = time.time()
+    if res.returncode != 0:
+        raise SystemExit(f"[bench-scale] train.yml {run_id} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
+    run = ROOT / "runs" / run_id
+    started = max(json.loads(p.read_text())["started"] for p in (run / "nodes").glob("*.json"))
+    metrics = [records(p) for p in sorted((run / "metrics").glob("rank*.jsonl"))]
+    first = min(r["time"] for r in metrics[0] if r.get("event") == "step")
+    done = max(r["time"] for recs in metrics for r in recs if r.get("event") == "done")
+    return {"before_s": started - t0, "ranks_s": first - started, "after_s": end - done, "wall_s": end - t0,
+            "ranks": len(metrics)}
+
+
+def one_size(workers: int, rounds: int, steps: int) -> dict:
+    nodes = workers + 1
+    print(f"[bench-scale] {nodes} nodes: a fresh cluster of {workers} workers", flush=True)
+    localcluster("down")
+    localcluster("up", "--workers", str(workers))
+    first = site(f"scale-{nodes}-first")
+    noop = site(f"scale-{nodes}-noop")
+    print(f"[bench-scale] {nodes} nodes: site.yml first {first['wall_s']:.1f} s, no-op {noop['wall_s']:.1f} s",
+          flush=True)
+    launches = []
+    for rnd in range(1, rounds + 1):
+        res = launch(f"bench-scale-{nodes}-{int(time.time())}-{rnd}", steps)
+        launches.append(res)
+        print(f"[bench-scale] {nodes} nodes, launch {rnd}: before {res['before_s']:.1f} s, ranks {res['ranks_s']:.1f} s,"
+              f" after {res['after_s']:.1f} s, whole {res['wall_s']:.1f} s ({res['ranks']} ranks)", flush=True)
+    med = dict((k, statistics.median(r[k] for r in launches)) for k in ("before_s", "ranks_s", "after_s", "wall_s"))
+    med["ansible_s"] = med["before_s"] + med["after_s"]
+    return {"nodes": nodes, "workers": workers, "site_first_s": first["wall_s"], "site_noop_s": noop["wall_s"],
+            "site_noop_per_node_s": noop["wall_s"] / nodes, "launches": launches, "median": med}
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    xs = [r["workers"] for r in results]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for key, label in (("before_s", "start (Ansible)"), ("after_s", "end (Ansible)"), ("ranks_s", "ranks' own start")):
+        left.plot(xs, [r["median"][key] for r in results], marker="o", label=label)
+    left.set_xlabel("workers")
+    left.set_ylabel("seconds (median)")
+    left.set_title("A launch, by phase")
+    left.legend(fontsize="small")
+    right.plot(xs, [r["site_noop_per_node_s"] for r in results], marker="o")
+    right.set_xlabel("workers")
+    right.set_ylabel("seconds per node")
+    right.set_title("site.yml with nothing to change")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.set_xticks(xs)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="2,4,8,16", help="worker counts, comma-separated (1 to 16)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-scale.json"))
+    args = p.parse_args(argv)
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        p.error("--sizes: worker counts such as 2,4,8,16")
+    if not sizes or min(sizes) < 1 or max(sizes) > 16 or args.rounds < 1 or args.steps < 1:
+        p.error("--sizes: 1 to 16 workers each; --rounds and --steps: at least 1")
+    results = [one_size(n, args.rounds, args.steps) for n in sizes]
+    base = results[0]["median"]["ansible_s"]
+    print(f"\n{'workers':>8s}{'start (s)':>11s}{'end (s)':>9s}{'Ansible (s)':>13s}{'ratio':>7s}{'ranks (s)':>11s}"
+          f"{'whole (s)':>11s}{'site no-op/node (s)':>21s}")
+    for r in results:
+        m = r["median"]
+        print(f"{r['workers']:8d}{m['before_s']:11.1f}{m['after_s']:9.1f}{m['ansible_s']:13.1f}"
+              f"{m['ansible_s'] / base:7.2f}{m['ranks_s']:11.1f}{m['wall_s']:11.1f}{r['site_noop_per_node_s']:21.2f}")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot(results, out.with_suffix(".png"))
+    out.write_text(json.dumps({"sizes": results, "rounds": args.rounds, "steps": args.steps,
+                               "ansible_ratio_to_smallest": [r["median"]["ansible_s"] / base for r in results]},
+                              indent=2) + "\n")
+    print(f"\n{out}\n{out.with_suffix('.png')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The local cluster and its first site.yml, started in the background as soon as a session with end-to-end tests
+is collected (tests/conftest.py): they overlap the unit tests and the quality checks instead of following them.
+The fixtures ``cluster`` and ``provisioned`` (tests/e2e/conftest.py) wait for them here; without an early start
+they run them themselves, as before.  site.yml builds the controller's wheelhouse: the molecule scenarios that
+install from it start once it is done."""
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTPUT = ROOT / "tests" / "output"
+BIN = Path(sys.executable).parent
+
+_lock = threading.Lock()
+_done = threading.Event()
+_state = {}
+
+
+class Result:
+    def __init__(self, rc, out, log):
+        self.rc, self.out, self.log = rc, out, log
+
+    def recap(self):
+        """{host: {ok: n, changed: n, ...}} from the PLAY RECAP."""
+        import re  # pylint: disable=import-outside-toplevel
+        out = {}
+        for m in re.finditer(r"^(\S+)\s+:\s+((?:\w+=\d+\s*)+)$", self.out, re.M):
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+        return out
+
+    def tail(self, n=60):
+        return "\n".join(self.out.splitlines()[-n:])
+
+
+def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_extra=None, cwd=ROOT):
+    """ansible-playbook from the repo root with the repo's ansible.cfg; its output goes to tests/output/<name>-<t>.log."""
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
+    if inventory:
+        cmd += ["-i", str(inventory)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               PATH=f"{BIN}:{os.environ.get('PATH', '')}", PWD=str(cwd))
+    env.update(env_extra or {})
+    log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+    log.write_text(proc.stdout)
+    print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
+    return Result(proc.returncode, proc.stdout, log)
+
+
+def cluster_up():
+    """scripts/localcluster.py up: (rc, output, seconds)."""
+    t0 = time.time()
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    return res.returncode, res.stdout, time.time() - t0
+
+
+def first_site():
+    """The session's first site.yml, with Slurm (the idempotence tests run it again)."""
+    return run_playbook("site.yml", "-e", "slurm=true", name="site-first")
+
+
+def start():
+    """Start the cluster and its first site.yml in a thread (once per session)."""
+    with _lock:
+        if _state.get("started"):
+            return
+        _state["started"] = True
+    threading.Thread(target=_work, name="e2e-early", daemon=True).start()
+
+
+def _work():
+    scenarios = sys.modules.get("scenarios")
+    try:
+        if scenarios is not None:
+            scenarios.wait_for_image()  # the cluster's nodes run the scenarios' image: built once, not twice
+        _state["cluster"] = cluster_up()
+        if _state["cluster"][0] == 0:
+            _state["site"] = first_site()
+    except Exception as exc:  # pylint: disable=broad-except
+        _state["error"] = "%s: %s" % (type(exc).__name__, exc)
+    finally:
+        _done.set()
+        if scenarios is not None:
+            scenarios.wheelhouse_ready.set()
+
+
+def started():
+    return bool(_state.get("started"))
+
+
+def result(what, timeout=3600):
+    """The early start's ``cluster`` or ``site`` result once it is there; None when it was not started."""
+    if not started():
+        return None
+    _done.wait(timeout)
+    if "error" in _state:
+        raise RuntimeError("the early start of the local cluster failed: %s" % _state["error"])
+    return _state.get(what)
