@@ -546,6 +546,8 @@ def write_inventory(hosts: dict, key: Path) -> None:
         "    # The podman volume mounted on every node stands in for NFS here.",
         "    shared_dir_provider: preexisting",
         "    deepspeed_accelerator: cpu",
+        "    # Every node shares this machine's memory: one compiler per node while DeepSpeed's ops build.",
+        "    stack_ops_build_jobs: 1",
         "    ssh_mesh_cluster_name: local",
         "  children:",
     ]
