@@ -225,8 +225,9 @@ def main():
 def _wait_for_change(run_dir, control, nodes, wait, seen=None, period=0.1):
     """The agents' heartbeats once the run changed (see O(wait)) from ``seen`` or from now, or after ``wait``
     seconds."""
-    first = seen if seen is not None else _moment(control, nodes)
-    if _moment(control, nodes) != first:
+    now = _moment(control, nodes)
+    first = seen if seen is not None else now
+    if now != first:
         return nodes
     deadline = time.time() + wait
     while time.time() < deadline:
