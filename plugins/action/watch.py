@@ -216,8 +216,11 @@ class ActionModule(ActionBase):
             # After the first call, each call waits on the node for up to a poll interval and answers as soon as
             # the run changes (a long poll): the run's end is seen at once, not at the next poll.
             waited = opts["poll_interval"] if loop.status else 0
-            status = self._poll(task_vars, opts, loop, **(dict(wait=waited, seen=loop.status.get("moment"))
-                                                          if waited else {}))
+            if loop.fresh is not None:  # the done call's answer: judged as it is, no call of its own
+                status, loop.fresh, waited = loop.fresh, None, 1
+            else:
+                status = self._poll(task_vars, opts, loop, **(dict(wait=waited, seen=loop.status.get("moment"))
+                                                              if waited else {}))
             if status is None:
                 loop.verdict, loop.gave_up = FAILED, True
                 display.display("[%s] %s" % (loop.host, loop.reason), color="red")
@@ -230,16 +233,20 @@ class ActionModule(ActionBase):
             if action and action[0] in ("abort", "done"):
                 if action[0] == "abort":
                     display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
-                # A run that ended well gives its checkpoint lock back in the same call that writes DONE.
+                # A run that ended well gives its checkpoint lock back in the same call that writes DONE, and
+                # that call waits for the watchers' answers to it (their final beats), judged next without a call.
                 kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else []) \
-                    if action[0] == "abort" else dict(done=True, **self._lock_release(loop))
+                    if action[0] == "abort" else dict(done=True, wait=opts["poll_interval"], **self._lock_release(loop))
                 if len(action) > 3:
                     kw["cause"] = action[3]
                 status = self._poll(task_vars, opts, loop, **kw)
                 if status is None:
                     loop.verdict, loop.gave_up = FAILED, True
                     break
-                loop.status = status if action[0] == "abort" else dict(loop.status, moment=status.get("moment"))
+                if action[0] == "abort":
+                    loop.status = status
+                else:
+                    loop.fresh = status
             self._show_progress(loop, now, opts, follower)
             if loop.verdict in (SUCCESS, FAILED):
                 break
@@ -410,3 +417,4 @@ class _Loop(object):
         self.status = {}
         self.switch = None
         self.released = False
+        self.fresh = None  # a status to judge before the next call (the done call's)

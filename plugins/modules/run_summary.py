@@ -21,7 +21,8 @@ description:
   - Reads the per-node agents' records (C(nodes/*.json)) for exit codes and versions, finds the rank that
     failed first, and maps known failure patterns in the logs to their cause and remedy (C(diagnosis)).
   - Writes C(report.md) with PNG plots under C(plots/) (loss, throughput, step time per node).
-  - Normally run on the controller, with C(delegate_to) set to C(localhost).
+  - Its action plugin does the work in the controller's own process (no module is started on any host), so the
+    run directory is a path on the controller.
 extends_documentation_fragment:
   - multinode.deepspeed.report
 options:
@@ -256,223 +257,18 @@ plots:
   elements: str
 """
 
-import glob
-import json
-import os
-import re
-import time
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
-    abort_host_first, diagnose, first_failure)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import build, parse
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_paths, plot_series
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
-    blame, hosts_by_log, launcher_exit, lost_nodes, node_report, rank_environment, rank_log_index, read_jsonl,
-    summarize)
-
-try:
-    # Found, not imported: the plots import it when they are drawn (maybe in a process of their own).
-    from importlib.util import find_spec
-    HAS_MATPLOTLIB = find_spec("matplotlib") is not None
-except ImportError:
-    HAS_MATPLOTLIB = False
-
-
-def _read(path, limit=4 * 1024 * 1024):
-    try:
-        with open(path, errors="replace") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read()
-    except OSError:
-        return ""
-
-
-def _tail(text, n=15):
-    return "\n".join(text.rstrip().splitlines()[-n:])
-
-
-def name_peers(text, addresses):
-    """``10.89.0.12`` -> ``10.89.0.12 (worker2)`` in a log's lines: gloo and NCCL name peers by address."""
-    for host, addr in sorted((addresses or {}).items(), key=lambda kv: -len(str(kv[1]))):
-        if addr and addr != host:
-            text = re.sub(r"(?<![\d.])%s(?![\d])" % re.escape(str(addr)), "%s (%s)" % (addr, host), text)
-    return text
-
-
-def message(summary, report, path):
-    """What the playbook says at the end: the outcome, or why the run failed, where, and the fix."""
-    secs = "%.0f" % float(summary.get("wall_time") or 0)
-    if summary.get("status") != "success":
-        lines = ["Run %s failed: %s" % (summary.get("run_id"), "; ".join(summary.get("problems") or []))]
-        failure = summary.get("failure")
-        if summary.get("lost"):
-            lines.append("Lost first: %s" % ", ".join(summary["lost"]))
-        if failure:
-            lines.append("%s: rank %s on %s, exit code %s" % (
-                "Then failed" if failure.get("consequence_of") else "Failed first", failure.get("rank"),
-                failure.get("host"), failure.get("exit_code")))
-            if failure.get("last_lines"):
-                lines += ["Last lines of %s:" % failure.get("log"), failure["last_lines"]]
-        for d in summary.get("diagnosis") or []:
-            lines.append("Diagnosis (%s): %s Fix: %s" % (d.get("id"), d.get("cause"), d.get("remedy")))
-        return "\n".join(lines + ["Report: %s" % report])
-    hosts = summary.get("hosts") or {}
-    ranks = ", ".join("%s ranks %s" % (h, r) for h, r in sorted(hosts.items())) or (summary.get("hostfile") or "").strip()
-    lines = ["Run %s: world size %s on %s" % (summary.get("run_id"), summary.get("world_size"), ranks)]
-    if summary.get("first_loss") is not None:
-        lines.append("Loss %.3f -> %.3f in %s steps, %s s" % (
-            summary["first_loss"], summary["last_loss"], summary.get("steps"), secs))
-    else:
-        lines.append("%s finished on every rank in %s s" % (summary.get("entrypoint"), secs))
-    return "\n".join(lines + ["Report: %s" % report, "Summary: %s" % path])
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.collected import (  # noqa: F401 (message)
+    ARGUMENT_SPEC, ReportError, message, report)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            run_dir=dict(type="path", required=True),
-            run_id=dict(type="str", required=True),
-            world_size=dict(type="int"),
-            launcher_rc=dict(type="int"),
-            wall_time=dict(type="float"),
-            coordinator=dict(type="str"),
-            expect_metrics=dict(type="bool", default=True),
-            plots=dict(type="bool", default=True),
-            plots_in_background=dict(type="bool", default=False),
-            extra=dict(type="dict", default={}),
-            started=dict(type="float"),
-            addresses=dict(type="dict", default={}),
-            lost=dict(type="list", elements="str", default=[]),
-            cause=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    if p["wall_time"] is None and p["started"] is not None:
-        p["wall_time"] = max(0.0, time.time() - p["started"])
-    if p["plots"] and not HAS_MATPLOTLIB:
-        module.fail_json(msg=missing_required_lib("matplotlib"))
-    run = _read_run(p["run_dir"])
-    _write_report(module, p, run, _summarize(p, run))
-
-
-def _read_json(path, unreadable):
-    """A JSON record the run left; None when there is none, ``unreadable`` when it is not JSON."""
-    if not os.path.exists(path):
-        return None
+    # The action plugin of the same name does this work in the controller's process; run as a module, the same.
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        return json.loads(_read(path))
-    except ValueError:
-        return unreadable
-
-
-def _read_run(run_dir):
-    """What the run left in its directory: the ranks' metrics, the agents' last heartbeats, the launchers' and
-    the ranks' logs, the hostfile's layout (and so each rank's host) and the ABORT record."""
-    run = {"records": {}, "nodes": {}, "launcher_logs": {}, "rank_logs": {}, "layout_hosts": [], "rank_host": {}}
-    for path in sorted(glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl"))):
-        m = re.search(r"rank(\d+)\.jsonl$", path)
-        run["records"][int(m.group(1))] = read_jsonl(_read(path))
-    for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.json"))):
-        try:
-            beat = json.loads(_read(path))
-        except ValueError:
-            continue
-        run["nodes"][beat.get("host") or os.path.basename(path)[:-5]] = beat
-    if os.path.exists(os.path.join(run_dir, "nodes")):
-        for path in sorted(glob.glob(os.path.join(run_dir, "nodes", "*.launcher.log"))):
-            run["launcher_logs"][os.path.basename(path)[:-len(".launcher.log")]] = _read(path)
-    for path in sorted(glob.glob(os.path.join(run_dir, "logs", "*_rank*.log"))):
-        m = re.search(r"_rank(\d+)\.log$", path)
-        run["rank_logs"][int(m.group(1))] = path
-    if os.path.exists(os.path.join(run_dir, "hostfile")):
-        layout = build(parse(_read(os.path.join(run_dir, "hostfile"))))
-        run["layout_hosts"] = layout["hosts"]
-        run["rank_host"] = dict((r["rank"], r["host"]) for r in layout["ranks"])
-    run["abort"] = _read_json(os.path.join(run_dir, "control", "ABORT"), {"reason": "unreadable abort record"})
-    return run
-
-
-def _summarize(p, run):
-    """The run's summary: its metrics, then what failed first and why, the logs' diagnosis, the nodes, the ranks'
-    environment and the scheduler's record of the run."""
-    run_dir, nodes, rank_logs, abort = p["run_dir"], run["nodes"], run["rank_logs"], run["abort"]
-    launcher_rc = p["launcher_rc"] if p["launcher_rc"] is not None else launcher_exit(nodes)
-    summary = summarize(p["run_id"], run["records"], expected_world_size=p["world_size"], launcher_rc=launcher_rc,
-                        wall_time=p["wall_time"], coordinator=p["coordinator"],
-                        launcher_log="\n".join(run["launcher_logs"].values()), expect_metrics=p["expect_metrics"],
-                        rank_hosts=run["rank_host"],
-                        coordinator_machine=(nodes.get(p["coordinator"]) or {}).get("machine"))
-    rank_texts = dict((rank, _read(path)) for rank, path in rank_logs.items())
-    failure = first_failure(abort_host_first(run["launcher_logs"], abort), run["layout_hosts"], rank_texts)
-    lost = lost_nodes(abort, p["lost"])
-    if failure is not None and failure.get("rank") is not None and failure["rank"] in rank_logs:
-        failure["log"] = os.path.relpath(rank_logs[failure["rank"]], run_dir)
-        failure["last_lines"] = name_peers(_tail(rank_texts[failure["rank"]]), p["addresses"])
-    blame(summary, failure, abort, lost, p["cause"])
-    summary["lost"] = lost
-    texts = dict(("nodes/%s.launcher.log" % h, t) for h, t in run["launcher_logs"].items())
-    texts.update(("logs/" + os.path.basename(path), rank_texts[rank]) for rank, path in rank_logs.items())
-    summary["diagnosis"] = diagnose(texts, dict((h, b.get("versions") or {}) for h, b in nodes.items()))
-    summary["failure"] = failure
-    summary["abort"] = abort
-    summary.update(node_report(nodes))
-    summary["rank_logs"] = rank_log_index(rank_logs, run["rank_host"], run_dir)
-    # The ranks' whole environment (rank.env; a run from before it had only .deepspeed_env).
-    env_file = os.path.join(run_dir, "rank.env")
-    summary["environment"] = rank_environment(_read(env_file if os.path.exists(env_file) else os.path.join(
-        run_dir, ".deepspeed_env")))
-    # A scheduler's record of the run (the slurm backend: job id, state, exit code, elapsed, nodes).
-    scheduler = os.path.join(run_dir, "scheduler.json")
-    if os.path.exists(scheduler):
-        summary["scheduler"] = _read_json(scheduler, {"error": "unreadable scheduler.json"})
-    if not summary["hosts"] and rank_logs:
-        summary["hosts"] = hosts_by_log(rank_logs, run["rank_host"])
-    summary.update(p["extra"])
-    return summary
-
-
-def _write_report(module, p, run, summary):
-    """summary.json, the plots and report.md in the run directory (nothing in check mode), and the module's result."""
-    run_dir = p["run_dir"]
-    out = os.path.join(run_dir, "summary.json")
-    text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
-    changed = not os.path.exists(out) or _read(out) != text
-    plots = []
-    if not module.check_mode:
-        with open(out, "w") as fh:
-            fh.write(text)
-        if p["plots"]:
-            plots = _plots(run, os.path.join(run_dir, "plots"), p["plots_in_background"])
-        with open(os.path.join(run_dir, "report.md"), "w") as fh:
-            fh.write(markdown(summary, [os.path.relpath(x, run_dir) for x in plots]))
-    report = os.path.join(run_dir, "report.md")
-    module.exit_json(changed=changed, summary=summary, path=out, report=report, plots=plots,
-                     message=message(summary, report, out))
-
-
-def _plots(run, out_dir, background):
-    """The run's plots, drawn here, or (``background``) in a child process that outlives this module: its
-    standard streams go to /dev/null, so that Ansible's read of this module's answer ends when the module does."""
-    if not background or not plot_paths(run["records"], out_dir):
-        return plot_series(run["records"], run["rank_host"], out_dir)
-    try:
-        pid = os.fork()
-    except OSError:
-        return plot_series(run["records"], run["rank_host"], out_dir)
-    if pid:
-        return plot_paths(run["records"], out_dir)
-    try:  # the child: no exception leaves it, whatever happens
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        plot_series(run["records"], run["rank_host"], out_dir)
-    finally:
-        os._exit(0)
+        module.exit_json(**report(module.params, module.check_mode))
+    except ReportError as exc:
+        module.fail_json(msg=str(exc))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ not a stall; Ctrl-C stops every node through the dead man's switch when Ansible 
 run's (``deploy``, with sudo, as in inventories/examples)."""
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -32,17 +34,18 @@ def close_masters(cp_dir):
         os.system("ssh -O exit -o ControlPath=%s x >/dev/null 2>&1" % sock)
 
 
-def test_a_coordinator_that_does_not_answer_for_seconds_does_not_end_the_run(provisioned, tmp_path):
+def test_a_coordinator_that_does_not_answer_for_seconds_does_not_end_the_run(provisioned):
     """Point 9: the coordinator's sshd stops for ~8 s mid-run (its running sessions stay): the status calls fail
     (connection refused), the watch tries again with backoff, and the run ends well."""
     run_id = f"e2e-flaky-status-{int(time.time())}"
-    cp_dir = tmp_path / "cp"
-    cp_dir.mkdir()
-    os.environ["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(cp_dir)
+    # Its own ControlPath directory, short: a socket's path has at most 107 bytes (tmp_path's are too long).
+    cp_dir = Path(tempfile.mkdtemp(prefix="cp", dir="/tmp"))
+    os.environ["ANSIBLE_SSH_ARGS"] = ("-o ControlMaster=auto -o ControlPersist=120s -o ServerAliveInterval=15 "
+                                      "-o ControlPath=%s/%%C" % cp_dir)
     try:
         proc, out, log = start_train([*TINY, "-e", "steps=40", "-e", f"run_id={run_id}"], "flaky-status")
     finally:
-        del os.environ["ANSIBLE_SSH_CONTROL_PATH_DIR"]
+        del os.environ["ANSIBLE_SSH_ARGS"]
     pid = on_coord("cat /run/sshd.pid").stdout.strip()
     assert pid.isdigit()
     try:
@@ -53,6 +56,8 @@ def test_a_coordinator_that_does_not_answer_for_seconds_does_not_end_the_run(pro
         on_coord("/usr/sbin/sshd -E /var/log/sshd.log")
     assert on_coord("cat /run/sshd.pid").stdout.strip() not in ("", pid), "sshd did not start again"
     rc = finish(proc, out)
+    close_masters(cp_dir)
+    shutil.rmtree(cp_dir, ignore_errors=True)
     text = log.read_text()
     assert rc == 0, text[-3000:]
     assert text.count("trying again in") >= 2, text[-3000:]

@@ -38,7 +38,7 @@ class Run(object):
                                       for h in kw["probe"])}
         if kw.get("abort") and self.abort is None:
             self.abort = {"reason": kw["abort"], "host": "controller", "lost": kw.get("lost", [])}
-        if not kw:
+        if not kw or kw.get("done"):  # a done call waits for the watchers' answers, as a poll does
             self.n += 1
             if self.n == self.interrupt_at:
                 raise KeyboardInterrupt()
@@ -73,8 +73,10 @@ def test_a_run_that_ends_well(shown):
     result = plugin(run).run(task_vars={"inventory_hostname": "coord"})
     assert (result["status"], result["reason"], result["lost"], result["abort"]) == ("success", None, [], None)
     assert result["done_ranks"] == [0, 1] and result["follow"] is None
-    # The lock goes back in the call that writes DONE (no call of its own after the verdict).
-    assert [c for c in run.calls if c] == [{"done": True, "release": "/shared/locks/ckpt"}]
+    # The lock goes back in the call that writes DONE, which waits for the watchers' final beats; the verdict
+    # comes from its answer (no call of its own after it).
+    assert [c for c in run.calls if c] == [{"done": True, "wait": 0, "release": "/shared/locks/ckpt"}]
+    assert len(run.calls) == 3
     assert shown[0].startswith("[coord] starting | nodes: coord running 0s")
 
 
