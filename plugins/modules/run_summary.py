@@ -258,8 +258,8 @@ plots:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.collected import (  # noqa: F401 (message)
-    ARGUMENT_SPEC, ReportError, message, report)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.collected import (
+    ARGUMENT_SPEC, ReportError, report)
 
 
 def main():

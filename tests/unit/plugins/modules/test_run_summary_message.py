@@ -1,5 +1,5 @@
-"""run_summary.message: what the playbook says at the end of a run (pure function)."""
-from ansible_collections.multinode.deepspeed.plugins.modules.run_summary import message
+"""run_summary's message (run/collected.message): what the playbook says at the end of a run (pure function)."""
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.collected import message
 
 REPORT, PATH = "runs/r1/report.md", "runs/r1/summary.json"
 
