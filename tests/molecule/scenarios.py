@@ -51,8 +51,14 @@ def run_scenario(image, scenario):
     OUTPUT.mkdir(parents=True, exist_ok=True)
     log = OUTPUT / f"molecule-{scenario}-{int(time.time())}.log"
     t0 = time.time()
-    proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=ROOT / "extensions", env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=1200)
+    try:
+        proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=ROOT / "extensions", env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=1800)
+    except subprocess.TimeoutExpired as exc:
+        # What it did until then, for the failure's reader (the output is bytes here even with text=True).
+        out = exc.stdout or b""
+        log.write_text(out.decode("utf-8", "replace") if isinstance(out, bytes) else out)
+        raise
     log.write_text(proc.stdout)
     return proc, time.time() - t0, log
 
