@@ -1,10 +1,8 @@
 """The job_plan action: settings from the play's variables, workers from hostvars, errors as failures."""
 from unittest.mock import MagicMock
 
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
-
 from ansible_collections.multinode.deepspeed.plugins.action.job_plan import ActionModule, worker_facts
+from tests.unit.plugins.action_task import action_plugin
 
 CPU = {"ansible_host": "10.89.0.11", "deepspeed_slots": 1, "multinode_accelerators": {"count": 0},
        "ansible_facts": {"memtotal_mb": 8192, "default_ipv4": {"interface": "eth0"}},
@@ -12,14 +10,7 @@ CPU = {"ansible_host": "10.89.0.11", "deepspeed_slots": 1, "multinode_accelerato
 
 
 def action(args):
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = False
-    task.diff = False
-    task.action = "multinode.deepspeed.job_plan"
-    plugin = ActionModule(task, MagicMock(), MagicMock(), loader=DataLoader(),
-                          templar=Templar(loader=DataLoader(), variables={}), shared_loader_obj=None)
+    plugin = action_plugin(ActionModule, "multinode.deepspeed.job_plan", args)
     plugin._shared_loader_obj = MagicMock()
     return plugin
 

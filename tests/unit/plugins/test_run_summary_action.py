@@ -5,22 +5,14 @@ from unittest.mock import MagicMock
 
 import pytest
 from ansible.errors import AnsibleActionFail
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
 
 from ansible_collections.multinode.deepspeed.plugins.action import run_summary
+from tests.unit.plugins.action_task import action_plugin
 
 
 def plugin(args, check_mode=False):
-    task = MagicMock()
-    task.args = args
-    task.async_val = 0
-    task.check_mode = check_mode
-    task.diff = False
-    task.action = "multinode.deepspeed.run_summary"
     connection = MagicMock()
-    module = run_summary.ActionModule(task, connection, MagicMock(), loader=DataLoader(),
-                                      templar=Templar(loader=DataLoader(), variables={}), shared_loader_obj=None)
+    module = action_plugin(run_summary.ActionModule, "multinode.deepspeed.run_summary", args, check_mode, connection)
     module._execute_module = MagicMock(side_effect=AssertionError("no module is started"))
     return module, connection
 

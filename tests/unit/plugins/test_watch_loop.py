@@ -5,10 +5,9 @@ import time
 from unittest.mock import MagicMock
 
 import pytest
-from ansible.parsing.dataloader import DataLoader
-from ansible.template import Templar
 
 from ansible_collections.multinode.deepspeed.plugins.action import watch
+from tests.unit.plugins.action_task import action_plugin
 
 NODES = ["coord", "w1", "w2"]
 
@@ -47,15 +46,9 @@ class Run(object):
 
 
 def plugin(run, **args):
-    task = MagicMock()
-    task.args = dict({"run_dir": "/shared/runs/r1", "nodes": NODES, "launchers": ["coord"], "world_size": 2,
-                      "poll_interval": 0, "lock": "/shared/locks/ckpt"}, **args)
-    task.async_val = 0
-    task.check_mode = False
-    task.diff = False
-    task.action = "multinode.deepspeed.watch"
-    module = watch.ActionModule(task, MagicMock(), MagicMock(), loader=DataLoader(),
-                                templar=Templar(loader=DataLoader(), variables={}), shared_loader_obj=None)
+    module = action_plugin(watch.ActionModule, "multinode.deepspeed.watch", dict(
+        {"run_dir": "/shared/runs/r1", "nodes": NODES, "launchers": ["coord"], "world_size": 2,
+         "poll_interval": 0, "lock": "/shared/locks/ckpt"}, **args))
     module._status = run
     return module
 
