@@ -1,0 +1,280 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The user's working directory: what of it goes to the nodes, how big it is and what it is (issue 23).
+
+``plan(root, entrypoint, excludes, max_mb, cwd)`` checks the directory and the entrypoint and returns the files to
+ship (git's view when the directory is in a git work tree: tracked and untracked-but-not-ignored files, so
+.gitignore is respected; else every file but ``.git/``), less ``workdir_exclude``'s patterns, their size, a hash of
+paths, executable bits and contents (not mtimes), the commit they came from, and the ``--files-from`` list rsync
+(``ansible.posix.synchronize``) ships them with.
+
+Pure Python, stdlib only, no Ansible import: runs on the controller and is unit-tested there.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fnmatch
+import hashlib
+import os
+import stat
+import subprocess
+
+MIB = 1024 * 1024
+BIGGEST = 5
+CHUNK = 1024 * 1024
+# Git's variables that would point it at another repository than the workdir's.
+GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
+
+
+class WorkdirError(ValueError):
+    """A workdir that cannot be shipped; the message names the variable and the fix."""
+
+
+def _git(root, *args):
+    """(returncode, stdout bytes, stderr text) of ``git -C root args``; returncode None when git is not installed."""
+    env = dict((k, v) for k, v in os.environ.items() if k not in GIT_ENV)
+    try:
+        proc = subprocess.Popen(["git", "-C", root] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env)
+    except OSError as e:
+        return None, b"", str(e)
+    out, err = proc.communicate()
+    return proc.returncode, out, err.decode("utf-8", "replace").strip()
+
+
+def _inside_git(root):
+    """Whether ``root`` is in a git work tree.  A repository git cannot read (git not installed, a repository
+    another user owns) is an error: walking the tree instead would ship what .gitignore leaves out."""
+    rc, out, err = _git(root, "rev-parse", "--is-inside-work-tree")
+    if rc == 0:
+        return out.strip() == b"true"
+    if "safe.directory" in err:
+        raise WorkdirError("workdir %s is in a git repository another user owns, and git refuses it (%s). Fix: mark "
+                           "it safe (git config --global --add safe.directory <the repository>)" % (root, err))
+    if rc is None and _git_above(root):
+        raise WorkdirError("workdir %s is in the git repository %s, and git cannot read it (%s). Fix: install git on "
+                           "the controller" % (root, _git_above(root), err))
+    return False
+
+
+def _git_above(root):
+    """The nearest directory at or above ``root`` that has a ``.git``; None when there is none."""
+    here = os.path.realpath(root)
+    while not os.path.exists(os.path.join(here, ".git")):
+        if os.path.dirname(here) == here:
+            return None
+        here = os.path.dirname(here)
+    return here
+
+
+def _git_files(root):
+    rc, out, err = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if rc != 0:
+        raise WorkdirError("workdir %s: git ls-files failed: %s" % (root, err))
+    return [os.fsdecode(p).rstrip("/") for p in out.split(b"\0") if p]
+
+
+def _walk(root, top=""):
+    """Every file and symlink under ``root/top`` (a symlink to a directory is a link, not followed), but ``.git``."""
+    out = []
+    for here, dirs, names in os.walk(os.path.join(root, top) if top else root):
+        rel = os.path.relpath(here, root)
+        rel = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+        links = [d for d in dirs if os.path.islink(os.path.join(here, d))]
+        dirs[:] = sorted(d for d in dirs if d != ".git" and d not in links)
+        out += [rel + n for n in names + links if n != ".git"]
+    return out
+
+
+def _expand(root, paths):
+    """git's entries as files: a directory git lists (a submodule, an untracked nested repository) is walked; an
+    entry deleted from the tree but still in the index is dropped."""
+    out = []
+    for path in paths:
+        full = os.path.join(root, path)
+        if os.path.isdir(full) and not os.path.islink(full):
+            out += _walk(root, path)
+        elif os.path.lexists(full):
+            out.append(path)
+    return out
+
+
+def excluded(path, patterns):
+    """Whether the relative ``path`` matches one of ``patterns`` (rsync's simple patterns, fnmatch globs): a
+    pattern without ``/`` matches any component (``*.pt``, ``__pycache__``); one with ``/`` inside, or a leading
+    ``/``, the path from the root (``data/raw``, ``/out``), and with it everything below; a trailing ``/`` only a
+    directory (``logs/``)."""
+    parts = path.split("/")
+    dirs = ["/".join(parts[:i]) for i in range(1, len(parts))]
+    for pattern in patterns or ():
+        directory_only = pattern.endswith("/")
+        glob = pattern.rstrip("/")
+        if "/" in glob:
+            candidates = dirs + ([] if directory_only else [path])
+            glob = glob.lstrip("/")
+        else:
+            candidates = parts[:-1] + ([] if directory_only else parts[-1:])
+        if glob and any(fnmatch.fnmatchcase(c, glob) for c in candidates):
+            return True
+    return False
+
+
+def _check_link(root, path):
+    full = os.path.join(root, path)
+    target = os.path.realpath(full)
+    real_root = os.path.realpath(root)
+    if target != real_root and not target.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise WorkdirError("workdir %s: %s is a symlink to %s, outside the workdir: it would arrive on the nodes as a "
+                           "link to nothing. Fix: copy what it points to into the workdir, or add %s to "
+                           "workdir_exclude" % (root, path, os.readlink(full), path))
+
+
+def _check_name(root, path):
+    if "\n" in path or "\r" in path:
+        raise WorkdirError("workdir %s: the file name %r has a line break, which rsync's file list cannot carry. "
+                           "Fix: rename it, or add it to workdir_exclude" % (root, path))
+
+
+def list_files(root, excludes=()):
+    """The sorted relative paths (``/``-separated) of the files and symlinks to ship from the directory ``root``.
+    A symlink is shipped as a link; one that leads out of ``root`` is an error naming it."""
+    if _inside_git(root):
+        paths = _expand(root, _git_files(root))
+    else:
+        paths = _walk(root)
+    files = sorted(set(p for p in paths if not excluded(p, excludes)))
+    for path in files:
+        _check_name(root, path)
+        if os.path.islink(os.path.join(root, path)):
+            _check_link(root, path)
+    return files
+
+
+def _feed(sha, full):
+    with open(full, "rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            sha.update(block)
+
+
+def digest(root, files):
+    """sha256 (hex) of each file's relative path, kind (executable file, plain file, symlink), size and content
+    (a symlink: its target), in order: the same tree gives the same hash whatever the mtimes."""
+    sha = hashlib.sha256()
+    for path in files:
+        full = os.path.join(root, path)
+        info = os.lstat(full)
+        sha.update(path.encode("utf-8", "surrogateescape") + b"\0")
+        if stat.S_ISLNK(info.st_mode):
+            target = os.readlink(full).encode("utf-8", "surrogateescape")
+            sha.update(b"l%d\0" % len(target) + target)
+            continue
+        sha.update(b"%s%d\0" % (b"x" if info.st_mode & 0o111 else b"f", info.st_size))
+        _feed(sha, full)
+    return sha.hexdigest()
+
+
+def short_id(hexdigest):
+    """The hash's first 16 hex digits: what a run records and a person reads."""
+    return hexdigest[:16]
+
+
+def sizes(root, files):
+    """Bytes per top-level entry (``data/`` for a directory, ``model.bin`` for a file) of ``files``."""
+    out = {}
+    for path in files:
+        first, _sep, rest = path.partition("/")
+        key = first + "/" if rest else first
+        out[key] = out.get(key, 0) + os.lstat(os.path.join(root, path)).st_size
+    return out
+
+
+def human(size):
+    """``812.4 MiB``, ``3.0 KiB``, ``15 B``."""
+    if size >= MIB // 10:
+        return "%.1f MiB" % (size / MIB)
+    return "%.1f KiB" % (size / 1024) if size >= 1024 else "%d B" % size
+
+
+def size_report(root, files, max_mb):
+    """The files' total bytes; over ``max_mb`` MiB (None: no limit), a WorkdirError naming the biggest entries."""
+    by_entry = sizes(root, files)
+    total = sum(by_entry.values())
+    if max_mb is None or total <= max_mb * MIB:
+        return total
+    biggest = sorted(by_entry.items(), key=lambda kv: (-kv[1], kv[0]))
+    named = ", ".join("%s (%s)" % (name, human(size)) for name, size in biggest[:BIGGEST])
+    more = ", …" if len(biggest) > BIGGEST else ""
+    raise WorkdirError("workdir %s is %s, over workdir_max_mb=%g: the biggest entries are %s%s — add them to "
+                       ".gitignore or workdir_exclude, or raise workdir_max_mb" % (
+                           root, human(total), max_mb, named, more))
+
+
+def git_info(root):
+    """``{"commit", "dirty", "branch"}`` of the git work tree ``root`` is in: the HEAD commit (None before the first
+    commit), whether the workdir's part of the tree differs from it (changed or untracked-not-ignored files), the
+    branch (None when detached); all None outside git."""
+    if not _inside_git(root):
+        return {"commit": None, "dirty": None, "branch": None}
+    rc, head, _err = _git(root, "rev-parse", "--verify", "-q", "HEAD")
+    commit = head.decode().strip() if rc == 0 else None
+    rc, branch, _err = _git(root, "symbolic-ref", "--short", "-q", "HEAD")
+    rc_status, status, err = _git(root, "status", "--porcelain", "-z", "--", ".")
+    if rc_status != 0:
+        raise WorkdirError("workdir %s: git status failed: %s" % (root, err))
+    return {"commit": commit, "dirty": bool(status.strip(b"\0")),
+            "branch": branch.decode().strip() if rc == 0 else None}
+
+
+def validate(root, entrypoint, cwd, files=None):
+    """``(absolute root, entrypoint relative to it or None)``: ``root`` (relative to ``cwd``, where
+    ansible-playbook runs) must be a directory, ``entrypoint`` (relative to the workdir, or absolute) a file inside
+    it; with ``files`` (list_files's answer), one of those shipped."""
+    if not root:
+        raise WorkdirError("workdir is empty. Fix: give the directory to ship, e.g. -e workdir=.")
+    path = os.path.normpath(os.path.join(cwd, os.path.expanduser(str(root))))
+    if not os.path.exists(path):
+        raise WorkdirError("workdir=%s does not exist (looked for %s; a relative path is taken from %s, where "
+                           "ansible-playbook runs). Fix: give an existing directory" % (root, path, cwd))
+    if not os.path.isdir(path):
+        raise WorkdirError("workdir=%s is a file, not a directory. Fix: give the directory that holds it, e.g. "
+                           "-e workdir=%s -e entrypoint=%s" % (root, os.path.dirname(path), os.path.basename(path)))
+    if not entrypoint:
+        return path, None
+    return path, _entrypoint(path, str(entrypoint), files)
+
+
+def _entrypoint(root, entrypoint, files):
+    rel = os.path.relpath(os.path.normpath(os.path.join(root, entrypoint)), root).replace(os.sep, "/")
+    if rel == "." or rel == ".." or rel.startswith("../"):
+        raise WorkdirError("entrypoint=%s is outside workdir %s: the nodes get only the workdir. Fix: give the "
+                           "script's path inside the workdir (relative to it), or a workdir that holds the script"
+                           % (entrypoint, root))
+    full = os.path.join(root, rel)
+    if not os.path.isfile(full):
+        raise WorkdirError("entrypoint=%s is not a file in workdir %s (looked for %s). Fix: give the script's path "
+                           "relative to the workdir" % (entrypoint, root, full))
+    if files is not None and rel not in files:
+        raise WorkdirError("entrypoint=%s is in workdir %s but not shipped: .gitignore or workdir_exclude leaves it "
+                           "out. Fix: commit it or take it out of .gitignore, or out of workdir_exclude"
+                           % (entrypoint, root))
+    return rel
+
+
+def plan(root, entrypoint, excludes, max_mb, cwd):
+    """What ships of the workdir: ``{"root", "files", "count", "bytes", "hash", "id", "git", "entrypoint",
+    "files_from"}`` (``files_from``: the files one per line, for rsync's ``--files-from`` with ``root`` as the
+    source)."""
+    path, _rel = validate(root, entrypoint, cwd)
+    files = list_files(path, excludes)
+    if not files:
+        raise WorkdirError("workdir %s has no file to ship: .gitignore or workdir_exclude leaves every one out. Fix: "
+                           "give the directory that holds your code, or narrow workdir_exclude" % path)
+    _path, rel = validate(path, entrypoint, path, files)
+    total = size_report(path, files, max_mb)
+    hexdigest = digest(path, files)
+    return {"root": path, "files": files, "count": len(files), "bytes": total, "hash": hexdigest,
+            "id": short_id(hexdigest), "git": git_info(path), "entrypoint": rel,
+            "files_from": "".join(f + "\n" for f in files)}
