@@ -13,6 +13,8 @@ __metaclass__ = type
 import re
 import signal
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsconfig
+
 # (id, regex, cause, remedy).  The findings come in this order: causes before their consequences
 # (a killed rank before the collective timeouts it leaves behind).
 RULES = [
@@ -24,6 +26,11 @@ RULES = [
      r"exits with return code = -(\d+)",
      "A rank was killed by a signal (SIGKILL is typical of the kernel's out-of-memory killer or a kill by hand).",
      "Check the node's memory (dmesg | grep -i oom) and whether something else killed the process."),
+    ("ds-config",
+     dsconfig.LOG_PATTERN,
+     "DeepSpeed refused the job's config (ds_config).",
+     "Correct the DeepSpeed config: python -m multinode_ds.ds_check --config FILE --world-size N checks it on a "
+     "node before a launch."),
     ("rdma-init",
      r"ibv_modify_qp|NET/IB\s*:.*(?:failed|error)|ibv_create_qp failed|Call to ibv_\w+ failed",
      "NCCL tried InfiniBand/RoCE and could not bring up a queue pair: RDMA hardware is present but not usable "
@@ -97,6 +104,8 @@ def diagnose(files, versions=None):
                     finding["module"] = m.group(1)
                 if rid == "killed":
                     finding["signal"] = _signal_name(int(m.group(1)))
+                if rid == "ds-config":
+                    _word_ds_config(finding, hit)
                 findings.append(finding)
                 break
     mismatch = version_mismatch(versions or {})
@@ -106,6 +115,13 @@ def diagnose(files, versions=None):
                          "remedy": "Run ansible-playbook site.yml so every node gets the same pinned stack.",
                          "file": "nodes/*.json", "line": ""})
     return findings
+
+
+def _word_ds_config(finding, hit):
+    """The config error in DeepSpeed's words, turned into the key, the values and a fix (plan/dsconfig.py)."""
+    worded = dsconfig.translate(hit)
+    if worded:
+        finding["key"], finding["cause"], finding["remedy"] = worded
 
 
 def version_mismatch(versions):

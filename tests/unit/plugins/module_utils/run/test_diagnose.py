@@ -63,3 +63,14 @@ def test_version_mismatch_between_nodes():
     versions = {"w1": {"deepspeed": "0.19.8", "torch": "2.13.0"}, "w2": {"deepspeed": "0.19.7", "torch": "2.13.0"}}
     assert version_mismatch(versions) == ["deepspeed: 0.19.7 on w2, 0.19.8 on w1"]
     assert "version-mismatch" in ids(diagnose({}, versions))
+
+
+def test_a_deepspeed_config_assertion_in_a_rank_log_is_worded_with_the_key_and_the_fix():
+    """A config built in the user's own code fails inside deepspeed.initialize: the rank's traceback (a real one,
+    tests/fixtures/ds_config/) gets the same message and fix as the check before launch."""
+    text = (FIXTURES.parent / "ds_config" / "rank0_batch_assertion.log").read_text()
+    found = [f for f in diagnose({"logs/rank0.log": text}) if f["id"] == "ds-config"]
+    assert len(found) == 1
+    assert found[0]["key"] == "train_batch_size"
+    assert found[0]["cause"].startswith("ds_config: train_batch_size 32 \u2260 micro batch 4 \u00d7 accumulation 2")
+    assert "set train_batch_size to" in found[0]["remedy"]
