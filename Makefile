@@ -8,7 +8,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale docs
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-workdir docs
 
 setup:
 	@scripts/setup
@@ -56,6 +56,10 @@ bench-slurm:
 
 bench-launch:
 	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)
+
+# What -e workdir adds to a launch whose content is on the cluster already (target: at most 1 s), 5 rounds.
+bench-workdir:
+	$(BIN)/python scripts/bench_workdir.py --rounds $(or $(ROUNDS),5)
 
 # site.yml with nothing to change against the first site.yml on fresh nodes (SIZES: worker counts; remakes the cluster).
 bench-site:

@@ -1,6 +1,6 @@
 """Check a user's DeepSpeed config before launch, with DeepSpeed's own config class at the job's world size.
 
-    python -m multinode_ds.ds_check --config FILE --world-size N [--accelerator cpu|cuda] [--json]
+    python -m multinode_ds.ds_check --config FILE|- --world-size N [--accelerator cpu|cuda] [--json]
 
 Runs in the stack's venv on a worker (DeepSpeed installed), without torch.distributed: DeepSpeedConfig reads the
 world size from ``deepspeed.comm``, which is swapped for a stand-in giving rank 0 and N while it is built.  Beside
@@ -70,7 +70,7 @@ def load(path: str) -> dict:
     """The config, with DeepSpeed's own refusal of a key given twice; BadFile with the line and column when it is
     not JSON."""
     from deepspeed.runtime.config_utils import dict_raise_error_on_duplicate_keys
-    with open(path, encoding="utf-8") as fh:
+    with (contextlib.nullcontext(sys.stdin) if path == "-" else open(path, encoding="utf-8")) as fh:
         try:
             data = json.load(fh, object_pairs_hook=dict_raise_error_on_duplicate_keys)
         except json.JSONDecodeError as exc:
@@ -241,14 +241,14 @@ def check_file(path: str, world_size: int) -> dict:
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m multinode_ds.ds_check",
                                      description=__doc__.split("\n", maxsplit=1)[0])
-    parser.add_argument("--config", required=True, help="the DeepSpeed config (JSON)")
+    parser.add_argument("--config", required=True, help="the DeepSpeed config (JSON); - reads standard input")
     parser.add_argument("--world-size", type=int, required=True, help="the job's data-parallel world size")
     parser.add_argument("--accelerator", choices=("cpu", "cuda"), help="DeepSpeed's accelerator (DS_ACCELERATOR)")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = parser.parse_args(argv)
     if args.world_size < 1:
         parser.error(f"--world-size must be at least 1, not {args.world_size}")
-    if not Path(args.config).is_file():
+    if args.config != "-" and not Path(args.config).is_file():
         parser.error(f"--config {args.config}: no such file")
     return args
 

@@ -27,6 +27,7 @@ from multinode_ds import checkpoints
 from multinode_ds.agent import SECRET_VAR, read_env_file
 
 PROGRAM_FILE = "program.json"
+WORKDIR_VAR = "MULTINODE_DS_WORKDIR"
 ENV_FILE = "rank.env"
 
 
@@ -89,7 +90,8 @@ def become(run_dir: Path, local_rank, extra: dict | None = None):
     program = read_program(run_dir)
     env = rank_environment(run_dir, os.environ, extra)
     argv = program_argv(sys.executable, program, local_rank)
-    os.chdir(run_dir)
+    # A script shipped with -e workdir runs in its workdir (its data/ and imports as on the controller).
+    os.chdir(env.get(WORKDIR_VAR) or run_dir)
     os.execvpe(argv[0], argv, env)
 
 

@@ -458,11 +458,20 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
         dt = time.time() - t0
         rec = step_record(args, ranks, step + 1, loss_val, local, engine.get_lr()[0], dt)
         metrics.write(rec)
+        monitor_loss(engine, loss_val)
         if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
         if checkpoint_due(step + 1, args.steps, args.save_interval):
             save(engine, ckpt_dir, step + 1, ranks)
     return loss_val
+
+
+def monitor_loss(engine, loss) -> None:
+    """The step's loss (averaged over the ranks) to DeepSpeed's monitor (-e tracking=tensorboard|csv|wandb|comet),
+    beside the learning rate DeepSpeed logs itself, at the same x (samples seen): its engine logs no loss."""
+    monitor = getattr(engine, "monitor", None)
+    if monitor is not None and monitor.enabled:
+        monitor.write_events([("Train/Samples/train_loss", loss, engine.global_samples)])
 
 
 def save(engine, ckpt_dir, step, ranks) -> None:

@@ -13,6 +13,7 @@ import secrets
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, host_list, plan
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 
@@ -29,6 +30,8 @@ SETTINGS = {
     "train_restarts": "restarts", "restarts": "restarts", "train_recover_wait": "recover_wait",
     "recover_wait": "recover_wait", "train_min_nodes": "min_nodes", "min_nodes": "min_nodes",
     "unquarantine": "unquarantine",
+    "workdir": "workdir", "workdir_exclude": "workdir_exclude", "workdir_max_mb": "workdir_max_mb",
+    "tracking": "tracking", "mlflow_tracking_uri": "mlflow_tracking_uri",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
 
@@ -49,6 +52,31 @@ def worker_facts(hv):
             "env": dict(hv.get("multinode_node_env") or {}),
             "scheduler_name": hv.get("slurm_node_name") or None,
             "answered": None}
+
+
+FILE_LISTS = "~/.cache/multinode-deepspeed/workspaces"
+
+
+def user_inputs(settings, task_vars, templar):
+    """The workdir, ds_config and trackers read on the controller (plan/usercode.py), once per run: a later
+    attempt's plan gets the first one's (``settings["user_inputs"]``).  A workdir's file list is kept on the
+    controller for rsync's --files-from (``files_from_path``), named by the content's hash."""
+    if settings.get("user_inputs") is not None:
+        return settings["user_inputs"], []
+    runs_dir = str(templar.template(task_vars.get("runs_dir")) or os.path.join(os.getcwd(), "runs"))
+    inputs, problems = usercode.gather(settings, os.getcwd(), runs_dir)
+    shipped = inputs.get("workdir")
+    if shipped:
+        lists = os.path.expanduser(FILE_LISTS)
+        os.makedirs(lists, exist_ok=True)
+        path = os.path.join(lists, shipped["hash"] + ".files")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                handle.write(shipped["files_from"])
+            os.replace(path + ".tmp", path)
+        inputs["workdir"] = dict((k, v) for k, v in shipped.items() if k not in ("files", "files_from"))
+        inputs["workdir"]["files_from_path"] = path
+    return inputs, problems
 
 
 def quarantined(task_vars):
@@ -101,12 +129,23 @@ class ActionModule(ActionBase):
             if alive is not None and w in targeted:
                 facts[w]["answered"] = w in alive
         try:
+            inputs, problems = user_inputs(settings, task_vars, self._templar)
+        except OSError as exc:
+            problems = ["the workdir or ds_config cannot be read on the controller: %s. Fix: check the path and its "
+                        "permissions" % exc]
+        if problems:
+            result.update(failed=True, msg="The job cannot start: %s." % "; ".join(problems))
+            return result
+        settings["user_inputs"] = inputs
+        if inputs.get("args") is not None:
+            settings["args"] = inputs["args"]
+        try:
             job = plan(settings, facts, coordinators,
                        datetime.datetime.now(datetime.timezone.utc))
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result
-        result.update(changed=False, job=job)
+        result.update(changed=False, job=job, user_inputs=inputs)
         if lines:
             result["warnings"] = lines
         return result

@@ -30,6 +30,11 @@ description:
   - The nodes quarantined on the controller (C(quarantine_file), default
     C(~/.cache/multinode-deepspeed/quarantine.json); a node that failed twice in one run) take no ranks, and each is
     named in a warning; C(-e unquarantine=worker2) lets one out again.
+  - Reads what the user brings from the controller, where C(ansible-playbook) runs (C(plugins/module_utils/plan/usercode.py))
+    - C(workdir) (with C(workdir_exclude) and C(workdir_max_mb); its files as git sees them, hashed, the file list kept
+    under C(~/.cache/multinode-deepspeed/workspaces/) for rsync), C(ds_config) or a C(--deepspeed_config) in C(args)
+    (a JSON object, read there), C(tracking) and C(mlflow_tracking_uri). A later attempt's plan gets the first one's
+    (O(settings) C(user_inputs)), so it runs the same workdir content.
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
     its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
@@ -80,6 +85,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+user_inputs:
+  description:
+    - What was read on the controller - C(workdir) (the workdir's plan, without its file list), C(ds_config) (the
+      user's config), C(ds_config_source), C(args) (without C(--deepspeed_config)), C(tracking), C(mlflow_uri). Passed
+      back as O(settings) C(user_inputs), a later attempt's plan reads nothing again.
+  returned: success
+  type: dict
 job:
   description:
     - The job. Keys include C(run_id), C(run_dir), C(checkpoint_dir), C(backend), C(rank_hosts), C(slots),
@@ -89,11 +101,22 @@ job:
       M(multinode.deepspeed.run_prepare); none for a user's script), C(allreduce) (preflight's all-reduce test per rank
       node), and C(launch) - the backend's C(launchers), C(agents), C(argv) per launcher, C(agent_argv) per agent
       (M(multinode.deepspeed.agent_start)), C(ssh_pairs), C(ssh_targets) per source node, C(ranks_over_ssh) and C(stop).
+    - With C(workdir), C(workdir) - C(id), C(hash), C(root), C(dest) (C(<shared_dir>/workspaces/<id>)), C(marker),
+      C(count), C(bytes), C(git) (C(commit), C(dirty), C(branch)), C(entrypoint), C(files_from_path). With a
+      C(ds_config) or a monitor tracker, C(ds_config) - C(source), C(path) (in the run directory), C(text), C(kept)
+      (the monitor keys the user set otherwise), C(user); for a user's script with a config, C(ds_check) (the argv of
+      M(multinode.deepspeed.ds_config_check)). Always C(tracking) (the names) and C(mlflow) (C(uri), C(env), or none).
     - Fails when a rank node of the job did not answer in this play (unreachable, or reading it failed), naming it and
       C(-e exclude).
   returned: success
   type: dict
   contains:
+    workdir:
+      description: Where the user's workdir goes and what it is; none without C(workdir).
+      type: dict
+    ds_config:
+      description: The DeepSpeed config the ranks read, written by M(multinode.deepspeed.run_prepare); none without one.
+      type: dict
     dry_run:
       description:
         - The bundled trainer's check, C(<venv>/bin/python -m multinode_ds.train --dry-run --world-size W

@@ -14,7 +14,8 @@ short_description: Check a planned run on the coordinator, then write its direct
 version_added: "0.3.0"
 description:
   - Checks first, writing nothing - the run id is new (its directory has no hostfile yet; one a failed preflight left
-    is reused), the user's script exists, and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
+    is reused), the user's script exists (with a workdir - C(job.workdir) - that C(<shared_dir>/workspaces) can take
+    it, and whether this content is there already - RV(workspace_present)), and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
     config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
     C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
@@ -25,8 +26,9 @@ description:
   - Writing first claims the run directory - C(control/claim), created exclusively with the play's token - so the
     same C(-e run_id) from two terminals gets one run, and the other play fails naming it.
   - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
-    hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), C(rank.env) (the ranks'
-    whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
+    hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), the DeepSpeed config the
+    ranks read (C(job.ds_config), the user's C(-e ds_config) with the trackers' monitor sections), C(rank.env) (the
+    ranks' whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
     runner can paste into a remote shell as they are; mode 0600) and the controller's lease (C(control/lease)) the
     agents watch.
   - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result. C(train.yml) runs
@@ -77,6 +79,11 @@ run_dir:
   description: The run's directory.
   returned: always
   type: str
+workspace_present:
+  description: Whether the job's workdir (C(job.workdir)) is on the shared directory already, whole (its marker
+    C(workspaces/<id>.json) is there); the play copies it when it is not.
+  returned: when the job has a workdir and O(check) is true
+  type: bool
 dry_run:
   description: The trainer's plan (model, parameters, ZeRO stage, estimated GiB per rank), when it checked one.
   returned: when the job runs the bundled trainer and O(check) is true
@@ -90,6 +97,7 @@ written:
 
 import json
 import os
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -132,6 +140,8 @@ def fail_checks(module, job):
     if os.path.exists(os.path.join(job["run_dir"], "hostfile")):
         module.fail_json(msg="run_id=%s exists already (%s on %s). Fix: pick another -e run_id, or leave it out for a "
                              "new one." % (job["run_id"], job["run_dir"], where))
+    if job.get("workdir"):
+        return workspace_check(module, job, where)
     if not job["metrics"]:
         if not os.path.isfile(job["entrypoint"]):
             module.fail_json(msg="entrypoint=%s does not exist on %s. Fix: put the script on the shared directory (%s) "
@@ -139,7 +149,15 @@ def fail_checks(module, job):
                                  % (job["entrypoint"], where, job["shared_dir"]))
         return None
     env = dict(os.environ, DS_ACCELERATOR=job["accelerator"])
-    rc, out, err = module.run_command(job["dry_run"], environ_update=env)
+    argv = list(job["dry_run"])
+    if job.get("ds_config"):
+        # The run directory is written later: the dry run reads the config from a file of its own.
+        handle, path = tempfile.mkstemp(prefix="multinode-ds-config-", suffix=".json")
+        with os.fdopen(handle, "w") as fh:
+            fh.write(job["ds_config"]["text"])
+        module.add_cleanup_file(path)
+        argv[argv.index("--ds-config") + 1] = path
+    rc, out, err = module.run_command(argv, environ_update=env)
     if rc != 0:
         lines = [x for x in (err or "").splitlines() if x.strip()]
         why = lines[-1] if lines else "exit code %d" % rc
@@ -150,6 +168,17 @@ def fail_checks(module, job):
         return json.loads(out.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {}
+
+
+def workspace_check(module, job, where):
+    """The shipped workdir's place: ``workspaces/`` the run's account can write, and whether this content is there
+    already (its marker, written once it was copied whole); the play copies it when it is not."""
+    parent = os.path.dirname(job["workdir"]["dest"])
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        module.fail_json(msg="%s on %s is not a directory the run's account can write, so workdir=%s cannot be copied "
+                             "there. Fix: run site.yml (it creates it), or create it owned by the run's account"
+                             % (parent, where, job["workdir"]["root"]))
+    return {"workspace_present": os.path.isfile(job["workdir"]["marker"])}
 
 
 def env_lines(env):
@@ -173,7 +202,9 @@ def main():
     result = {"changed": False, "run_dir": job["run_dir"], "written": []}
     if module.params["check"]:
         plan = fail_checks(module, job)
-        if plan is not None:
+        if job.get("workdir"):
+            result.update(plan)
+        elif plan is not None:
             result["dry_run"] = plan
     if not module.params["write"] or module.check_mode:
         module.exit_json(**result)
@@ -204,6 +235,9 @@ def main():
         ".deepspeed_env": (env_lines(launcher_env(job["env"])), 0o600),
         "control/lease": ("%f\n" % time.time(), 0o644),
     }
+    if job.get("ds_config"):
+        # The user's config with the trackers' monitor sections: the ranks read it (--deepspeed_config/--ds-config).
+        files[os.path.relpath(job["ds_config"]["path"], job["run_dir"])] = (job["ds_config"]["text"], 0o644)
     for name, (text, mode) in files.items():
         write_file(os.path.join(job["run_dir"], name), text, mode)
         result["written"].append(os.path.join(job["run_dir"], name))

@@ -45,7 +45,8 @@ CASES = [
     ("zero-slots", [], ("worker2", "deepspeed_slots: 0"), ["host worker2: slots=0", "at least one slot"]),
     ("text-slots", [], ("worker1", "deepspeed_slots: two"), ["host worker1: slots='two' is not a whole number"]),
     ("coordinator-is-worker", [], None, ["coord is in both the coordinator and the workers group"]),
-    ("invalid-ds-json", ["ds_config=/shared/bad-ds.json"], None, ["is not valid JSON"]),
+    # A path on the controller (the play reads it there and writes it into the run directory).
+    ("invalid-ds-json", ["ds_config=BAD_DS_JSON"], None, ["ds_config=", "bad-ds.json is not JSON", "Fix: correct"]),
     # Preflight (on by default) finds it first; with -e preflight=false the launch's own port check does.
     ("port-in-use", ["master_port=29611"], None,
      ["master_port on worker1: port 29611 is not free on the master", "-e master_port=<a free port>",
@@ -74,7 +75,8 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
         inventory = tmp_path / "hosts.yml"
         inventory.write_text(text)
     if name == "invalid-ds-json":
-        podman("exec", "mnds-coord", "sh", "-c", "printf '{\"zero_optimization\": {stage: 3}' > /shared/bad-ds.json")
+        (tmp_path / "bad-ds.json").write_text('{"zero_optimization": {stage: 3}')
+        extra = [e.replace("BAD_DS_JSON", str(tmp_path / "bad-ds.json")) for e in extra]
     if name.startswith("port-in-use"):
         holder = subprocess.Popen(
             ["podman", "exec", "mnds-worker1", "python3", "-c",

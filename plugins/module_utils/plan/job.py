@@ -19,11 +19,13 @@ __metaclass__ = type
 
 import hashlib
 import ipaddress
+import json
 import re
 import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.recovery import accumulation
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
@@ -182,6 +184,12 @@ def rank_env(job, settings, node_env, user):
         env["HF_TOKEN_PATH"] = job["home"] + "/secrets/hf_token"
     if job.get("secret_file"):
         env["MULTINODE_DS_SECRET_ENV"] = job["secret_file"]
+    if job.get("workdir"):
+        # multinode_ds.rank starts the user's script there: its files and imports as on the controller.
+        env["MULTINODE_DS_WORKDIR"] = job["workdir"]["dest"]
+        # The workspace holds the content its hash names, nothing more: no __pycache__ written into it.
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(job.get("tracking_env") or {})
     env.update(user)
     return dict((k, str(v)) for k, v in env.items())
 
@@ -226,21 +234,23 @@ def batch(job):
 def program(job, settings):
     """The argv after DeepSpeed's options: the bundled trainer's, or the user's script, + ``args``."""
     if job["entrypoint"]:
-        argv = [job["entrypoint"]]
-    else:
-        argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
-                "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
-                "--save-interval", str(job["save_interval"])]
-        if job.get("batch"):
-            argv += ["--grad-accum", str(job["batch"]["grad_accum"])]
-        if job.get("resume"):
-            argv += ["--resume"]
-        elif (job.get("attempt") or 1) > 1:
-            # A later attempt of a run goes on from its newest whole checkpoint, when it wrote one.
-            argv += ["--resume-if-any"]
-        for key, flag in (("ds_config", "--ds-config"), ("model_path", "--model-path"), ("dataset", "--dataset")):
-            if settings.get(key):
-                argv += [flag, str(settings[key])]
+        argv = [job["entrypoint"]] + job["args"]
+        return argv + (["--deepspeed_config", job["ds_config"]["path"]] if job.get("ds_config") else [])
+    argv = ["--module", "multinode_ds.train", "--model", job["model"], "--run-dir", job["run_dir"],
+            "--steps", str(job["steps"]), "--checkpoint-dir", job["checkpoint_dir"],
+            "--save-interval", str(job["save_interval"])]
+    if job.get("batch"):
+        argv += ["--grad-accum", str(job["batch"]["grad_accum"])]
+    if job.get("resume"):
+        argv += ["--resume"]
+    elif (job.get("attempt") or 1) > 1:
+        # A later attempt of a run goes on from its newest whole checkpoint, when it wrote one.
+        argv += ["--resume-if-any"]
+    if job.get("ds_config"):
+        argv += ["--ds-config", job["ds_config"]["path"]]
+    for key, flag in (("model_path", "--model-path"), ("dataset", "--dataset")):
+        if settings.get(key):
+            argv += [flag, str(settings[key])]
     return argv + job["args"]
 
 
@@ -349,12 +359,17 @@ def run_id_for(settings, model, now, problems):
 
 
 def user_program(settings, problems):
-    """The user's script (``entrypoint``: an absolute path, or "" for the bundled trainer) and ``args`` split like a
-    shell, checked."""
+    """The user's script (``entrypoint``: an absolute path, or "" for the bundled trainer; with a workdir, the path
+    in it where the nodes get it) and ``args`` split like a shell, checked."""
     entrypoint = str(settings.get("entrypoint") or "")
-    if entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
-        problems.append("entrypoint=%r must be an absolute path that every node can read. Fix: put the script "
-                        "on the shared directory and pass its absolute path" % entrypoint)
+    shipped = (settings.get("user_inputs") or {}).get("workdir")
+    if shipped:
+        entrypoint = "%s/%s" % (workspace(settings.get("shared_dir") or DEFAULTS["shared_dir"], shipped["id"]),
+                                shipped["entrypoint"])
+    elif entrypoint and (not entrypoint.startswith("/") or "\n" in entrypoint):
+        problems.append("entrypoint=%r must be an absolute path that every node can read, or a path in -e workdir. "
+                        "Fix: -e workdir=<the directory on the controller that holds it> (it is copied to the "
+                        "nodes), or put the script on the shared directory and pass its absolute path" % entrypoint)
     try:
         args = shlex.split(str(settings.get("args") or ""))
     except ValueError as exc:
@@ -362,6 +377,44 @@ def user_program(settings, problems):
         problems.append("args=%r cannot be split into arguments (%s). Fix: balance the quotes" % (
             settings.get("args"), exc))
     return entrypoint, args
+
+
+def workspace(shared_dir, workdir_id):
+    """Where a workdir's content is on the cluster: one directory per distinct content, under the shared one."""
+    return "%s/workspaces/%s" % (shared_dir, workdir_id)
+
+
+def user_code(job, settings):
+    """The user's workdir, DeepSpeed config and trackers (plan/usercode.gather's answer, ``settings["user_inputs"]``)
+    as the job has them: ``workdir`` (where it goes, the marker written once it is there, what it is), ``ds_config``
+    (the file the ranks read: the user's config with the trackers' monitor sections, written by run_prepare),
+    ``ds_check`` (DeepSpeed's own check of a user script's config at the job's world size), ``tracking``, ``mlflow``
+    (the controller's store) and ``tracking_env`` (the ranks' environment for the trackers)."""
+    inputs = settings.get("user_inputs") or {}
+    out = {"workdir": None, "ds_config": None, "ds_check": None, "tracking": list(inputs.get("tracking") or []),
+           "mlflow": None, "tracking_env": {}}
+    shipped = inputs.get("workdir")
+    if shipped:
+        dest = workspace(job["shared_dir"], shipped["id"])
+        fields = ("id", "hash", "root", "count", "bytes", "git", "entrypoint", "files_from_path")
+        out["workdir"] = dict((k, shipped.get(k)) for k in fields)
+        out["workdir"].update(dest=dest, marker=dest + ".json")
+    keys = job.get("secret_keys") or []
+    monitor = tracking.monitor_section(out["tracking"], job["run_dir"], job["run_id"], inputs.get("ds_config"),
+                                       "WANDB_API_KEY" in keys, "COMET_API_KEY" in keys)
+    out["tracking_env"] = monitor["env"]
+    if inputs.get("mlflow_uri"):
+        out["mlflow"] = {"uri": inputs["mlflow_uri"], "env": tracking.controller_env(inputs["mlflow_uri"])}
+    if inputs.get("ds_config") is not None or monitor["config"]:
+        # The bundled trainer merges it over the config it generates (--ds-config); a script gets it whole.
+        name = "ds_config.json" if job["entrypoint"] else "ds_config.user.json"
+        out["ds_config"] = {"source": inputs.get("ds_config_source"), "path": "%s/%s" % (job["run_dir"], name),
+                            "text": json.dumps(monitor["config"], indent=2, sort_keys=True) + "\n",
+                            "kept": monitor["kept"], "user": inputs.get("ds_config") is not None}
+    if job["entrypoint"] and inputs.get("ds_config") is not None:
+        out["ds_check"] = [job["venv"] + "/bin/python", "-m", "multinode_ds.ds_check", "--config", "-",
+                           "--world-size", str(job["world_size"]), "--accelerator", job["accelerator"], "--json"]
+    return out
 
 
 def host_choice(settings, problems):
@@ -541,6 +594,7 @@ def plan(settings, workers, coordinators, now):
     job["model_path"] = settings.get("model_path") or None
     job.update(placement(job, layout, workers, coordinators))
     job["metrics"] = not entrypoint
+    job.update(user_code(job, settings))
     job["interface"] = common_interface(workers, rank_hosts)
     job["rank_memory_gib"] = rank_memory_gib(workers, rank_hosts, job["slots"])
     job["env"] = rank_env(job, settings, workers[job["master"]].get("env") or {}, user)

@@ -65,6 +65,36 @@ def plot_series(records_by_rank, rank_host, out_dir):
     return paths
 
 
+def code_and_tracking(summary):
+    """The lines on the code the ranks ran (the workdir's content, its commit), the DeepSpeed config they read, and
+    where the trackers' files are, with how to open them."""
+    lines = []
+    workdir = summary.get("workdir") or {}
+    if workdir.get("id"):
+        git = workdir.get("git") or {}
+        commit = " from commit %s%s" % (str(git["commit"])[:12], " with changes not committed" if git.get("dirty")
+                                        else "") if git.get("commit") else ""
+        lines.append("- Code: workdir %s, content %s%s (%s files, %s)." % (
+            workdir.get("root"), workdir["id"], commit, workdir.get("count"),
+            "copied to the cluster" if workdir.get("copied") else "on the cluster already, not copied"))
+    if summary.get("ds_config"):
+        lines.append("- DeepSpeed config: `ds_config.json` in this directory (from %s)." % summary["ds_config"])
+    names = summary.get("tracking") or []
+    if "tensorboard" in names:
+        lines.append("- TensorBoard: `tensorboard --logdir %s` (the loss is `Train/Samples/train_loss` when the "
+                     "script logs it)." % summary.get("tensorboard_dir", "tensorboard"))
+    if "csv" in names:
+        lines.append("- CSV: `csv/` in this directory.")
+    if "mlflow" in names and summary.get("mlflow_uri"):
+        lines.append("- MLflow: `mlflow ui --backend-store-uri %s` (the run is tagged multinode_ds.run_id=%s)." % (
+            summary["mlflow_uri"], summary.get("run_id")))
+    for name in ("wandb", "comet"):
+        if name in names:
+            lines.append("- %s: `%s/` in this directory (offline unless its key was given in secret_env)." % (
+                name, name))
+    return ["", "## Code and tracking", ""] + lines if lines else []
+
+
 def markdown(summary, plots):
     """report.md: status, failure and diagnosis first, then the figures."""
     lines = ["# Run %s" % summary.get("run_id"), ""]
@@ -102,6 +132,7 @@ def markdown(summary, plots):
                 text += ", threshold %.3f GB/s of a %g Gb/s link" % (bw["threshold_gbps"], bw.get("link_gbps") or 0)
         lines += ["", text + " (preflight.txt)."]
         lines += ["- warning: %s" % w for w in pre.get("warnings") or []]
+    lines += code_and_tracking(summary)
     lines += ["", "Ranks per host: " + ", ".join(
         "%s: %s" % (h, r) for h, r in sorted((summary.get("hosts") or {}).items()))]
     versions = summary.get("versions") or {}

@@ -1,5 +1,6 @@
 """What the plan now carries for preflight and launch: the all-reduce test's argv per rank node, the bundled
 trainer's dry run, every agent's argv and the SSH targets per node (module_utils/plan/job.py and backends/)."""
+import json
 import datetime
 
 import pytest
@@ -68,7 +69,8 @@ def test_dry_run_is_none_for_a_user_entrypoint():
 
 
 def test_dry_run_of_the_bundled_trainer():
-    job = plan({"steps": 7, "args": "--print-every 2", "ds_config": "/shared/ds.json"},
+    job = plan({"steps": 7, "args": "--print-every 2",
+                "user_inputs": {"ds_config": {"zero_optimization": {"stage": 1}}, "ds_config_source": "/ctl/ds.json"}},
                cpu_workers(mem=8192), ["coord"], NOW)
     argv = job["dry_run"]
     assert argv[:6] == [PY, "-m", "multinode_ds.train", "--dry-run", "--world-size", "2"]
@@ -76,7 +78,10 @@ def test_dry_run_of_the_bundled_trainer():
     # The rest is the trainer's own arguments, without "--module multinode_ds.train".
     assert argv[argv.index("--memory-gib") + 2:] == job["program"][2:]
     assert "--module" not in argv and value_of(argv, "--steps") == "7"
-    assert value_of(argv, "--ds-config") == "/shared/ds.json" and argv[-2:] == ["--print-every", "2"]
+    # The user's config (read on the controller) is written into the run directory; the trainer merges it.
+    assert value_of(argv, "--ds-config") == job["run_dir"] + "/ds_config.user.json" and argv[-2:] == ["--print-every", "2"]
+    assert json.loads(job["ds_config"]["text"]) == {"zero_optimization": {"stage": 1}}
+    assert job["ds_config"]["source"] == "/ctl/ds.json" and job["ds_check"] is None
 
 
 def test_dry_run_memory_is_the_smallest_node_over_the_most_slots():

@@ -129,11 +129,12 @@ def test_two_interfaces_leave_gloo_to_choose():
 
 
 def test_bundled_trainer_options():
-    job = plan({"resume": True, "save_interval": "10", "ds_config": "/shared/ds.json", "model_path": "/m",
+    job = plan({"resume": True, "save_interval": "10", "model_path": "/m",
+                "user_inputs": {"ds_config": {"gradient_clipping": 1.0}, "ds_config_source": "/home/u/ds.json"},
                 "dataset": "wikitext", "model": "llama", "steps": "5"}, WORKERS, ["coord"], NOW)
     prog = job["program"]
     assert prog[prog.index("--steps") + 1] == "5" and prog[prog.index("--save-interval") + 1] == "10"
-    assert "--resume" in prog and prog[prog.index("--ds-config") + 1] == "/shared/ds.json"
+    assert "--resume" in prog and prog[prog.index("--ds-config") + 1] == job["run_dir"] + "/ds_config.user.json"
     assert prog[prog.index("--dataset") + 1] == "wikitext"
     # With model_path, the checkpoint directory is the model's name and the path's (issue 26, point 6).
     assert re.fullmatch(r".*/checkpoints/llama-[0-9a-f]{12}", job["checkpoint_dir"])
