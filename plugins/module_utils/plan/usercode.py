@@ -22,6 +22,7 @@ import os
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsconfig, workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
 MAX_MB = 512
 # A user's DeepSpeed config is a small JSON file: a bigger one is surely another file.
@@ -56,6 +57,18 @@ def read_config(path, given):
         raise ValueError("ds_config=%s holds a JSON %s, not an object. Fix: a DeepSpeed config is one JSON object "
                          "({\"train_micro_batch_size_per_gpu\": 4, ...})" % (given, type(config).__name__))
     return config
+
+
+def secret_keys(config, prefix=""):
+    """The dotted keys of ``config`` whose name says they hold a secret (``comet.api_key``) and that hold a value."""
+    out = []
+    for key, value in sorted((config or {}).items()):
+        dotted = prefix + str(key)
+        if isinstance(value, dict):
+            out += secret_keys(value, dotted + ".")
+        elif value not in (None, "") and secret_name(key):
+            out.append(dotted)
+    return out
 
 
 def _max_mb(settings, problems):
@@ -119,10 +132,15 @@ def _config(settings, cwd, shipped, problems):
     base = shipped["root"] if in_args and shipped else cwd
     path = os.path.normpath(os.path.join(base, os.path.expanduser(str(given))))
     try:
-        return read_config(path, given), path, rest
+        config = read_config(path, given)
     except ValueError as exc:
         problems.append(str(exc))
         return None, path, rest
+    for key in secret_keys(config):
+        problems.append("ds_config=%s: %s holds a secret, and the config is written to the run directory (collected, "
+                        "logged to MLflow). Fix: leave it out and give it to the ranks in secret_env (e.g. "
+                        "COMET_API_KEY, WANDB_API_KEY; vault it with ansible-vault)" % (given, key))
+    return config, path, rest
 
 
 def gather(settings, cwd, runs_dir):

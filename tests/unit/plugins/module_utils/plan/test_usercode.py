@@ -117,6 +117,7 @@ def test_a_wandb_key_in_secret_env_leaves_wandb_online(tmp_path):
     ({"ds_config": "proj/twice.json"}, ["the key fp16 is given twice"]),
     ({"ds_config": "proj/ds_config.json", "args": "--deepspeed_config=proj/ds_config.json"},
      ["ds_config given twice", "Fix: keep one"]),
+    ({"ds_config": "proj/secret.json"}, ["proj/secret.json: comet.api_key holds a secret", "secret_env"]),
     ({"tracking": "tensorboard,neptune"}, ["tracking=neptune is not one of", "Fix: -e tracking=tensorboard"]),
     ({"tracking": "mlflow", "mlflow_tracking_uri": "http//host:5000"}, ["mlflow_tracking_uri=http//host:5000", "without its ':'"]),
     ({"tracking": "mlflow", "mlflow_tracking_uri": "ftp://host/x"}, ["has the scheme ftp:"]),
@@ -125,6 +126,7 @@ def test_a_wandb_key_in_secret_env_leaves_wandb_online(tmp_path):
 def test_bad_inputs_are_refused_with_their_fix(project, settings, words):
     (project / "list.json").write_text("[1]")
     (project / "twice.json").write_text('{"fp16": {}, "fp16": {}}')
+    (project / "secret.json").write_text('{"comet": {"enabled": true, "api_key": "k-123"}}')
     _inputs, problems = usercode.gather(settings, str(project.parent), str(project.parent / "runs"))
     text = "; ".join(problems)
     for word in words:
