@@ -51,6 +51,7 @@ def worker_facts(hv):
             "interface": node.get("interface") or (facts.get("default_ipv4") or {}).get("interface"),
             "env": dict(hv.get("multinode_node_env") or {}),
             "scheduler_name": hv.get("slurm_node_name") or None,
+            "trackers": node.get("trackers"),
             "answered": None}
 
 

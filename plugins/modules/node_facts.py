@@ -100,7 +100,7 @@ ansible_facts:
     multinode_node:
       description: C(memtotal_mb), C(interface) (of the default route), C(ipv4) and C(ipv6) (addresses),
         C(versions) (python, torch, cuda, nccl, deepspeed, transformers, trainer; or C(error)),
-        C(stack_fingerprint), C(files) (the job variable files read), with O(user) C(uid), and with O(port)
+        C(stack_fingerprint), C(files) (the job variable files read), C(trackers), with O(user) C(uid), and with O(port)
         C(port), C(port_free), C(port_error).
       type: dict
       sample:
@@ -136,6 +136,12 @@ ansible_facts:
             - C(cuda) is torch's CUDA build (V(none) for a CPU build), C(nccl) the version of the NCCL wheel (V(none)
               without one); a missing package is V(missing).
             - 'Without a venv, C({"error": "no venv at <venv> (run site.yml)"}).'
+          type: dict
+        trackers:
+          description:
+            - The version of the package each of DeepSpeed's monitors needs in the venv - C(tensorboard)
+              (tensorboard), C(wandb) (wandb), C(comet) (comet_ml) - or null; the plan refuses C(-e tracking=) of one
+              the master lacks.
           type: dict
         uid:
           description: With O(user), that account's uid here (V(null) where it does not exist).
@@ -178,7 +184,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.acce
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import DEFAULTS, parse_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
-    default_interface, meminfo_total_mb, port_state, read_versions)
+    default_interface, meminfo_total_mb, port_state, read_versions, tracker_packages)
 
 
 def read_text(path):
@@ -246,7 +252,8 @@ def main():
     ipv4, ipv6 = addresses(module)
     node = {"memtotal_mb": meminfo_total_mb(read_text("/proc/meminfo")),
             "interface": default_interface(read_text("/proc/net/route")),
-            "ipv4": ipv4, "ipv6": ipv6, "versions": versions, "stack_fingerprint": fingerprint, "files": read}
+            "ipv4": ipv4, "ipv6": ipv6, "versions": versions, "stack_fingerprint": fingerprint, "files": read,
+            "trackers": tracker_packages(params["venv"])}
     if params["user"]:
         node["uid"] = user_id(params["user"])
     if params["record"]:

@@ -417,6 +417,24 @@ def user_code(job, settings):
     return out
 
 
+def tracker_problems(job, master):
+    """A monitor tracker whose package the master's venv lacks (global rank 0, on the master, writes DeepSpeed's
+    monitor: it would fail there at start); nothing when the master's packages are unknown."""
+    installed = master.get("trackers")
+    if not isinstance(installed, dict):
+        return []
+    out = []
+    for name in job["tracking"]:
+        package = tracking.MONITOR_PACKAGES.get(name)
+        if package is None or name not in installed or installed[name]:
+            continue
+        fix = ("run site.yml (the stack installs it)" if name == "tensorboard" else
+               "add %s==<version> to stack_extra_packages and run site.yml" % package)
+        out.append("tracking=%s needs the %s package on %s (global rank 0 writes DeepSpeed's monitor there), and its "
+                   "venv has none. Fix: %s" % (name, package, job["master"], fix))
+    return out
+
+
 def host_choice(settings, problems):
     """``(hosts, exclude)``: the hosts the user picked and left out, each named once."""
     include, exclude = host_list(settings.get("hosts")), host_list(settings.get("exclude"))
@@ -602,7 +620,7 @@ def plan(settings, workers, coordinators, now):
     job["program"] = program(job, settings)
     # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
     job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None
-    problems = backend.options.check(job)
+    problems = backend.options.check(job) + tracker_problems(job, workers[job["master"]])
     if problems:
         raise JobError("; ".join(problems))
     job["launch"] = backend.describe(job)

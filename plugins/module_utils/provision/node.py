@@ -18,6 +18,8 @@ import os
 import re
 import socket
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.tracking import MONITOR_PACKAGES
+
 # dist-info directory names: <name>-<version>.dist-info, the name normalised with '_' (PEP 427).
 DIST_INFO_RE = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)\.dist-info$")
 VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)
@@ -79,6 +81,13 @@ def stack_versions(dists, python, trainer):
     nccl = [v for k, v in sorted(dists.items()) if k.startswith("nvidia_nccl")]
     out["nccl"] = nccl[0] if nccl else "none"
     return out
+
+
+def tracker_packages(venv):
+    """``{tracker: version or None}``: whether the venv has each tracker's package (from dist-info names only)."""
+    pattern = os.path.join(venv, "lib", "python*", "site-packages", "*.dist-info")
+    dists = dist_versions(os.path.basename(p) for p in glob.glob(pattern))
+    return dict((tracker, dists.get(pkg)) for tracker, pkg in MONITOR_PACKAGES.items())
 
 
 def read_versions(venv, trainer_dir):

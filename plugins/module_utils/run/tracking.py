@@ -25,6 +25,9 @@ import re
 TRACKERS = ("tensorboard", "wandb", "comet", "csv", "mlflow")
 # The ds_config key of each tracker DeepSpeed's monitor runs (deepspeed/monitor/config.py); mlflow is none.
 SECTIONS = {"tensorboard": "tensorboard", "csv": "csv_monitor", "wandb": "wandb", "comet": "comet"}
+# The package DeepSpeed's monitor imports for each tracker, on global rank 0 (provision/node.tracker_packages reads
+# whether a node's venv has it; the plan refuses a tracker the master lacks).
+MONITOR_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "comet": "comet_ml"}
 # The per-step fields of the ranks' step records (multinode_ds/train.py) logged as MLflow metrics.
 STEP_METRICS = ("loss", "lr", "step_time", "samples_per_sec", "tokens_per_sec")
 # The run-wide numbers of summary.json logged once, as ``run.<name>``.

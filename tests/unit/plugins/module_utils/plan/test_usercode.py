@@ -136,3 +136,17 @@ def test_bad_inputs_are_refused_with_their_fix(project, settings, words):
 def test_a_relative_entrypoint_without_a_workdir_names_the_workdir():
     with pytest.raises(JobError, match=r"entrypoint='train.py' must be an absolute path .* -e workdir="):
         plan({"entrypoint": "train.py"}, dict(WORKERS), ["coord"], NOW)
+
+
+def test_a_tracker_the_master_lacks_is_refused_naming_the_package(tmp_path):
+    inputs, _problems = usercode.gather({"tracking": "tensorboard,wandb,csv"}, str(tmp_path), str(tmp_path / "runs"))
+    workers = dict(WORKERS)
+    workers["worker1"] = dict(workers["worker1"], trackers={"tensorboard": None, "wandb": None, "comet": None})
+    with pytest.raises(JobError) as err:
+        plan({"user_inputs": inputs}, workers, ["coord"], NOW)
+    assert "tracking=tensorboard needs the tensorboard package on worker1" in str(err.value)
+    assert "Fix: run site.yml" in str(err.value)
+    assert "tracking=wandb needs the wandb package on worker1" in str(err.value)
+    assert "add wandb==<version> to stack_extra_packages" in str(err.value) and "csv" not in str(err.value)
+    workers["worker1"]["trackers"] = {"tensorboard": "2.21.0", "wandb": "0.22.0", "comet": None}
+    assert plan({"user_inputs": inputs}, workers, ["coord"], NOW)["tracking"] == ["tensorboard", "wandb", "csv"]

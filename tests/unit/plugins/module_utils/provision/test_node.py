@@ -62,6 +62,12 @@ def test_read_versions_and_a_fingerprint_that_any_package_changes(tmp_path):
     assert "no venv" in err["error"] and none is None
 
 
+def test_tracker_packages_from_the_venvs_dist_info(tmp_path):
+    venv, _lib = make_venv(tmp_path / "a", DISTS + ["tensorboard-2.21.0.dist-info", "comet_ml-3.49.0.dist-info"])
+    assert node.tracker_packages(venv) == {"tensorboard": "2.21.0", "wandb": None, "comet": "3.49.0"}
+    assert node.tracker_packages(str(tmp_path / "none")) == {"tensorboard": None, "wandb": None, "comet": None}
+
+
 def test_port_state_sees_a_listener():
     sock = socket.socket()
     sock.bind(("", 0))
