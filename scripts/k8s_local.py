@@ -14,7 +14,9 @@
                                 (apt-get download + dpkg-deb -x into .cache/k8s/tools, nothing installed), the
                                 kubelet built above, a CNI bridge on an unused 10.x/24, and a small cluster DNS
                                 (pods' <hostname>.<subdomain>.<ns>.svc.cluster.local from the API) on its gateway;
-                                ``import`` loads docker-archive tarballs into the node's containerd.
+                                ``import`` loads docker-archive tarballs into the node's containerd;
+                                ``up --insecure-registry HOST:PORT`` lets the node pull from a registry that speaks
+                                plain HTTP (Debian's docker-registry on loopback, in the tests).
                                 ``down`` stops the pods, the kubelet, containerd, the shims, and removes the
                                 mounts, cgroups and bridge it made (``scripts/k8s-local down`` does it too)
 
@@ -499,6 +501,20 @@ def gateway(subnet: str) -> str:
     return subnet.rsplit(".", 1)[0] + ".1"
 
 
+def registry_hosts(registries) -> Path:
+    """containerd's registry hosts directory: each ``host:port`` given is read over plain HTTP (a registry the
+    caller runs without TLS, e.g. Debian's docker-registry on loopback); every other registry as containerd would."""
+    root = NODE / "certs.d"
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    for reg in registries or []:
+        (root / reg).mkdir()
+        (root / reg / "hosts.toml").write_text(
+            f'server = "http://{reg}"\n[host."http://{reg}"]\n  capabilities = ["pull", "resolve"]\n')
+    return root
+
+
 def containerd_config(subnet: str) -> str:
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     return f'''version = 2
@@ -525,6 +541,8 @@ state = "{NODE / 'containerd-state'}"
 [{cri}.cni]
   bin_dir = "{tool('usr/lib/cni')}"
   conf_dir = "{NODE / 'cni'}"
+[{cri}.registry]
+  config_path = "{NODE / 'certs.d'}"
 '''
 
 
@@ -645,6 +663,7 @@ def kubelet_up(args) -> int:
     gw = gateway(subnet)
     (NODE / "subnet").write_text(subnet + "\n")
     (NODE / "containerd.toml").write_text(containerd_config(subnet))
+    registry_hosts(args.insecure_registry)
     (NODE / "cni" / "10-mnds-k8s.conflist").write_text(json.dumps(cni_config(subnet), indent=1) + "\n")
     # The bridge first, so that the DNS can listen on its gateway before the first pod.
     if subprocess.run(["ip", "link", "show", BRIDGE], capture_output=True, check=False).returncode != 0:
@@ -916,6 +935,8 @@ def main(argv=None) -> int:
     k = sub.add_parser("kubelet", help="a real node on this machine: containerd + the kubelet + a cluster DNS")
     k.add_argument("action", choices=("up", "down", "status", "import"))
     k.add_argument("images", nargs="*", help="docker-archive tarballs to import into the node's containerd")
+    k.add_argument("--insecure-registry", action="append", default=[], metavar="HOST:PORT",
+                   help="a registry the node pulls from over plain HTTP (repeat)")
     d = sub.add_parser("dns", help=argparse.SUPPRESS)
     d.add_argument("--listen", required=True)
     d.add_argument("--port", type=int, default=53)

@@ -52,6 +52,7 @@ def worker_facts(hv):
             "env": dict(hv.get("multinode_node_env") or {}),
             "scheduler_name": hv.get("slurm_node_name") or None,
             "trackers": node.get("trackers"),
+            "stack_fingerprint": node.get("stack_fingerprint"),
             "answered": None}
 
 

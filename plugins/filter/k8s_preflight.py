@@ -17,7 +17,7 @@ description:
     shared volume's claim exists and is bound.
   - Every failed verdict names what is missing and the fix.
   - The C(backend) role's C(kubernetes) entry point uses it (C(docs/kubernetes.md)).
-positional: _input, extra, kubeconfig_found, namespace, nodes, claim
+positional: _input, extra, kubeconfig_found, namespace, nodes, claim, image, fingerprints
 options:
   _input:
     description: The plan's backend options (C(job.backend_options)).
@@ -40,6 +40,15 @@ options:
   claim:
     description: The registered result of C(kubernetes.core.k8s_info) for the PersistentVolumeClaim, when the
       shared volume is one.
+    type: dict
+  image:
+    description:
+      - The result of M(multinode.deepspeed.image_registry) for the job's image, skipped with
+        C(k8s_image_check=false). The registry must hold the tag, and the stack its label names must be the rank
+        nodes'.
+    type: dict
+  fingerprints:
+    description: Rank node -> its stack fingerprint (the plan's C(stack_fingerprints)).
     type: dict
 author:
   - multinode.deepspeed developers (@multinode)
@@ -64,10 +73,11 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
 
 
-def k8s_preflight(opts, extra, kubeconfig_found, namespace=None, nodes=None, claim=None):
+def k8s_preflight(opts, extra, kubeconfig_found, namespace=None, nodes=None, claim=None, image=None,
+                  fingerprints=None):
     try:
         return k8s.preflight_verdicts(dict(opts or {}), dict(extra or {}), bool(kubeconfig_found), namespace, nodes,
-                                      claim)
+                                      claim, image, fingerprints)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("k8s_preflight: %s: %s" % (type(exc).__name__, exc))
 

@@ -3,24 +3,28 @@ kubelet (v1.20.2, built by scripts/k8s-local) runs with containerd on this machi
 
 What runs for real: the control plane (scripts/k8s-local up); the node (``scripts/k8s-local kubelet up``:
 containerd, runc and the CNI plugins from Debian's packages, the kubelet, a CNI bridge, and the cluster DNS that
-resolves pod 0's stable name for pod 1); the image (the provisioned worker, committed with podman and imported into
-the node's containerd); the run (the pods mount the podman volume the cluster's nodes share at /shared, so the
+resolves pod 0's stable name for pod 1); the image (issue 24: image.yml builds the stack site.yml chose from the
+same wheelhouse, tags it with the stack's fingerprint and pushes it to Debian's docker-registry on loopback; the
+node's containerd pulls it, and train.yml names it by default); the run (the pods mount the podman volume the cluster's nodes share at /shared, so the
 coordinator's watch reads their heartbeats and metrics as on any other backend); the pods' logs, read through the
 apiserver from the kubelet.  Nothing is stood in for."""
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
+import tarfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 from e2e_nodes import K8S, KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
+from early import run_playbook
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-IMAGES = ROOT / ".cache" / "k8s" / "images"
-IMAGE = "localhost/mnds-node:provisioned"
 NODE_PROCESSES = ("containerd", "containerd-shim", "kubelet")
 
 
@@ -43,43 +47,92 @@ def volume_path():
     return res.stdout.strip()
 
 
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_registry(root, auth=False):
+    """Debian's docker-registry on a free loopback port, its storage under ``root`` (``auth``: token auth whose
+    token service is absent, so every request without credentials is refused): (address, process)."""
+    port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    conf = root / "config.yml"
+    text = ("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n"
+            "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n" % (root / "data", port))
+    if auth:
+        text += "auth:\n  silly:\n    realm: http://127.0.0.1:%d/token\n    service: mnds-e2e\n" % port
+    conf.write_text(text)
+    proc = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=(root / "log").open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return "127.0.0.1:%d" % port, proc
+        except OSError:
+            assert proc.poll() is None, (root / "log").read_text()
+            time.sleep(0.2)
+    raise AssertionError("docker-registry did not listen on %d: %s" % (port, (root / "log").read_text()))
+
+
+def image_yml(registry, *extra, name="image"):
+    return run_playbook("image.yml", "-e", f"image_registry={registry}", "-e", "image_registry_insecure=true",
+                        *extra, name=name)
+
+
+def shown_image(res):
+    """The image the play printed: (reference, built now?)."""
+    match = re.search(r"- '?(\S+:[0-9a-f]{16}) \((built now|already there: nothing built|check mode: would be "
+                      r"built)\)", res.out)
+    assert match, res.tail()
+    return match.group(1), match.group(2) != "already there: nothing built"
+
+
 @pytest.fixture(scope="module")
-def node(provisioned):
-    """The control plane and a real node on this machine, with the provisioned worker's image on it."""
+def registry(provisioned, tmp_path_factory):
+    """A real OCI registry on loopback, and the stack's image built by image.yml and pushed to it."""
+    root = tmp_path_factory.mktemp("registry")
+    address, proc = start_registry(root)
+    try:
+        t0 = time.time()
+        res = image_yml(address, name="image-first")
+        took = time.time() - t0
+        assert res.rc == 0, res.tail(80)
+        ref, built = shown_image(res)
+        assert built and ref.startswith(address + "/multinode-deepspeed:"), ref
+        size = sum(f.stat().st_size for f in (root / "data").rglob("*") if f.is_file())
+        print(f"image.yml: built and pushed {ref} in {took:.0f}s; {size / 1e6:.0f} MB in the registry")
+        yield {"address": address, "ref": ref, "root": root, "first": took, "size": size}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+        # The image was pushed: the build host's copy is not needed again.
+        podman("rmi", "-f", ref, timeout=120) if "ref" in locals() else None
+
+
+@pytest.fixture(scope="module")
+def node(registry):
+    """The control plane and a real node on this machine; the node pulls the stack's image from the registry."""
     assert not node_processes(), "a containerd or kubelet is already running: %s" % node_processes()
     res = k8s_local("build")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     res = k8s_local("up", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    timings = {}
+    timings = {"image.yml (first)": registry["first"]}
     try:
         t0 = time.time()
-        res = k8s_local("kubelet", "up", timeout=600)
+        res = k8s_local("kubelet", "up", "--insecure-registry", registry["address"], timeout=600)
         timings["kubelet up"] = time.time() - t0
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
         print(res.stdout.strip().splitlines()[-1])
-        # The image: the provisioned worker (the stack's venv and multinode_ds at the path the plan names).
-        t0 = time.time()
-        res = podman("commit", "-q", "mnds-worker1", IMAGE, timeout=600)
-        assert res.returncode == 0, res.stderr
-        IMAGES.mkdir(parents=True, exist_ok=True)
-        tar = IMAGES / "mnds-node-provisioned.tar"
-        if tar.exists():
-            tar.unlink()
-        res = podman("save", "-q", "--format", "docker-archive", "-o", str(tar), IMAGE, timeout=600)
-        assert res.returncode == 0, res.stderr
-        timings["image commit+save"] = time.time() - t0
-        t0 = time.time()
-        res = k8s_local("kubelet", "import", str(tar), timeout=600)
-        assert res.returncode == 0, res.stdout + res.stderr
-        timings["image import"] = time.time() - t0
-        tar.unlink()
-        # containerd has its own copy now: podman's (2.4 GB) would be left dangling by the next commit.
-        podman("rmi", "-f", IMAGE, timeout=120)
         from kubernetes import client, config  # pylint: disable=import-outside-toplevel
         api_client = config.new_client_from_config(str(KUBECONFIG))
         yield {"core": client.CoreV1Api(api_client), "apps": client.AppsV1Api(api_client),
-               "exc": client.exceptions.ApiException, "timings": timings, "node": os.uname().nodename.lower()}
+               "exc": client.exceptions.ApiException, "timings": timings, "node": os.uname().nodename.lower(),
+               "image": ["-e", "image_registry=" + registry["address"], "-e", "image_registry_insecure=true"],
+               "registry": registry}
     finally:
         down = k8s_local("kubelet", "down", timeout=180)
         k8s_local("down", timeout=60)
@@ -94,7 +147,7 @@ def test_llama_tiny_trains_across_two_real_pods(node):
     t0 = time.time()
     proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=10",
                                   "-e", "preflight=false", "-e", f"run_id={run_id}",
-                                  "-e", f"k8s_kubeconfig={KUBECONFIG}", "-e", f"k8s_image={IMAGE}",
+                                  "-e", f"k8s_kubeconfig={KUBECONFIG}", *node["image"],
                                   "-e", f"k8s_shared_volume=hostPath:{volume_path()}"], "k8s-pods")
     try:
         rc = proc.wait(900)
@@ -108,6 +161,12 @@ def test_llama_tiny_trains_across_two_real_pods(node):
     timings = dict(node["timings"], **{"train.yml": took})
     print("timings: " + ", ".join("%s %.1fs" % kv for kv in timings.items()))
     assert rc == 0, text[-5000:]
+    # No k8s_image: the plan named image.yml's image of the workers' stack, and the node's containerd pulled it.
+    ref = node["registry"]["ref"]
+    objects = json.loads((ROOT / "runs" / run_id / "k8s" / "objects.json").read_text())
+    assert [o["spec"]["containers"][0]["image"] for o in objects if o["kind"] == "Pod"] == [ref, ref], objects
+    pulled = (ROOT / ".cache" / "k8s" / "node" / "containerd.log").read_text()
+    assert 'PullImage \\"%s\\" returns image reference' % ref in pulled, pulled[-2000:]
     run = ROOT / "runs" / run_id
     summary = load_summary(run_id)
     assert summary["status"] == "success", summary
@@ -148,7 +207,7 @@ def test_a_killed_controller_leaves_no_pod_running_and_the_service_takes_the_res
     proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=100000",
                                   "-e", "preflight=false", "-e", f"run_id={run_id}",
                                   "-e", '{"secret_env": {"E2E_SECRET": "x"}}',
-                                  "-e", f"k8s_kubeconfig={KUBECONFIG}", "-e", f"k8s_image={IMAGE}",
+                                  "-e", f"k8s_kubeconfig={KUBECONFIG}", *node["image"],
                                   "-e", f"k8s_shared_volume=hostPath:{volume_path()}"], "k8s-killed")
 
     def pods():
@@ -211,7 +270,7 @@ def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node)
         node["core"].patch_node(node["node"], {"spec": {"unschedulable": True}})
         proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=10",
                                       "-e", "preflight=false", "-e", f"run_id={run_id}", "-e", "restarts=1",
-                                      "-e", f"k8s_kubeconfig={KUBECONFIG}", "-e", f"k8s_image={IMAGE}",
+                                      "-e", f"k8s_kubeconfig={KUBECONFIG}", *node["image"],
                                       "-e", f"k8s_shared_volume=hostPath:{volume_path()}"], "k8s-recover")
         try:
             deadline = time.time() + 300
@@ -262,3 +321,112 @@ def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node)
             node["core"].delete_namespaced_pod(pod["metadata"]["name"], "default", grace_period_seconds=0,
                                                _preload_content=False)
         k8s_local("unnode", "lost-node", timeout=30)
+
+
+def test_image_yml_again_builds_and_pushes_nothing(registry):
+    t0 = time.time()
+    res = image_yml(registry["address"], name="image-again")
+    took = time.time() - t0
+    assert res.rc == 0, res.tail(60)
+    assert shown_image(res) == (registry["ref"], False)
+    assert res.recap()["localhost"]["changed"] == 0, res.recap()
+    print(f"image.yml with nothing changed: {took:.1f}s, changed=0")
+
+
+def test_a_changed_pin_gives_a_new_tag(registry):
+    """One package fewer in the stack (stack_extra_packages, as site.yml reads it): another venv, another tag; in
+    check mode nothing is built or pushed."""
+    extra = json.dumps({"stack_extra_packages": ["transformers==5.23.0", "mlcommons-loadgen==6.0.17"]})
+    res = image_yml(registry["address"], "--check", "-e", extra, name="image-changed-pin")
+    assert res.rc == 0, res.tail(60)
+    ref, _built = shown_image(res)
+    assert ref != registry["ref"] and ref.startswith(registry["address"] + "/multinode-deepspeed:"), ref
+    assert "check mode: would be built" in res.out
+    tags = json.loads(urllib.request.urlopen("http://%s/v2/multinode-deepspeed/tags/list" % registry["address"],
+                                             timeout=30).read())["tags"]
+    assert tags == [registry["ref"].rsplit(":", 1)[1]], tags
+
+
+# A private key's block with key material after it (libraries hold the bare header line as a format constant).
+PRIVATE_KEY = re.compile(rb"-----BEGIN ([A-Z0-9]+ )?PRIVATE KEY-----\r?\n(Proc-Type:[^\n]*\n)?[A-Za-z0-9+/=\r\n]{64}")
+SECRET_NAMES = re.compile(r"(^|/)(id_(rsa|ecdsa|ed25519|dsa)|munge\.key|auth\.json|\.netrc|\.git-credentials|"
+                          r"ssh_host_[a-z0-9]+_key|\.pypirc|config\.json)$")
+
+
+def test_the_image_holds_no_key_token_or_password(registry):
+    """Every layer the registry serves, read file by file: no private key (PEM or OpenSSH, outside the shared
+    libraries' built-in self-test keys), no file where keys, tokens or passwords live, and none of this cluster's
+    secrets (its SSH key, the munge key) anywhere."""
+    def get(path, accept=None):
+        req = urllib.request.Request("http://%s/v2/multinode-deepspeed/%s" % (registry["address"], path),
+                                     headers={"Accept": accept} if accept else {})
+        return urllib.request.urlopen(req, timeout=120)
+    tag = registry["ref"].rsplit(":", 1)[1]
+    manifest = json.loads(get("manifests/" + tag, "application/vnd.oci.image.manifest.v1+json").read())
+    key = ROOT / ".cluster" / "id_ed25519"
+    known = [line.encode() for line in key.read_text().splitlines()[1:-1]] if key.exists() else []
+    munge = subprocess.run(["podman", "exec", "mnds-coord", "cat", "/etc/munge/munge.key"], capture_output=True,
+                           check=False).stdout
+    known += [munge[i:i + 64] for i in range(0, len(munge) - 63, 256)] if len(munge) >= 64 else []
+    hits, files = [], 0
+    for layer in manifest["layers"]:
+        with tarfile.open(fileobj=get("blobs/" + layer["digest"]), mode="r|*") as tf:
+            for member in tf:
+                files += 1
+                if SECRET_NAMES.search(member.name) and "site-packages" not in member.name:
+                    hits.append(("a secret's file", member.name))
+                if member.isfile() and member.size < 4_000_000:
+                    data = tf.extractfile(member).read()
+                    # A key is a file of its own, never inside a shared library (libgnutls carries its self-test
+                    # keys); this cluster's own secrets are looked for in every file.
+                    if not data.startswith(b"\x7fELF") and PRIVATE_KEY.search(data):
+                        hits.append(("a private key", member.name))
+                    hits += [("this cluster's secret", member.name) for k in known if k and k in data]
+    assert files > 10000 and not hits, hits[:20]
+
+
+@pytest.mark.parametrize("case", ["unreachable", "credentials", "accelerator", "cuda"])
+def test_image_yml_refuses_bad_inputs_before_any_build(registry, tmp_path, case):
+    before = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=io.buildah.version"], capture_output=True,
+                            text=True, check=False).stdout
+    proc = None
+    if case == "unreachable":
+        args, words = [f"image_registry=127.0.0.1:{free_port()}"], ["cannot be reached", "Connection refused"]
+    elif case == "credentials":
+        address, proc = start_registry(tmp_path / "auth", auth=True)
+        args, words = [f"image_registry={address}", "image_registry_insecure=true"], [
+            f"the registry {address} needs credentials", f"podman login {address}"]
+    elif case == "accelerator":
+        args, words = [f"image_registry={registry['address']}", "image_accelerator=rocm"], [
+            "image_accelerator='rocm'", "Fix: -e image_accelerator=cuda or -e image_accelerator=cpu"]
+    else:
+        args, words = [f"image_registry={registry['address']}", "image_accelerator=cuda", "image_cuda=99.9"], [
+            "image_cuda 99.9", "Fix: set image_cuda to one of"]
+    try:
+        extra = [x for a in args for x in ("-e", a)]
+        res = run_playbook("image.yml", *extra, name=f"image-bad-{case}")
+    finally:
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+    assert res.rc != 0
+    for word in words:
+        assert word in res.out, res.tail(30)
+    assert "nothing was built" in res.out and "Build the image with podman" not in res.out, res.tail(30)
+    after = subprocess.run(["podman", "ps", "-a", "-q", "--filter", "label=io.buildah.version"], capture_output=True,
+                           text=True, check=False).stdout
+    assert after == before
+
+
+def test_a_missing_tag_is_refused_before_anything_is_created(node):
+    run_id = f"e2e-k8s-notag-{int(time.time())}"
+    res = run_playbook("train.yml", "-e", "backend=kubernetes", "-e", "preflight=false", "-e", f"run_id={run_id}",
+                       "-e", f"k8s_kubeconfig={KUBECONFIG}", *node["image"], "-e", "image_name=not-built",
+                       "-e", f"k8s_shared_volume=hostPath:{volume_path()}", name="k8s-notag")
+    assert res.rc != 0
+    address = node["registry"]["address"]
+    assert "The cluster cannot run this job (nothing was created)" in res.out, res.tail(30)
+    assert f"the registry {address} has no {address}/not-built:" in res.out, res.tail(30)
+    assert f"ansible-playbook image.yml -e image_registry={address} -e image_name=not-built" in res.out
+    assert not k8s_exists(node, "Service", f"mnds-{run_id}", "default")
+    assert not (ROOT / "runs" / run_id / "k8s").exists()

@@ -17,12 +17,13 @@ SCENARIOS = sorted(p.parent.name for p in (ROOT / "extensions" / "molecule").glo
 # Scenarios run MNDS_MOLECULE_JOBS at a time (default 2: each is mostly waiting on podman and ssh), the longest
 # first; every scenario has its own containers and network, so they never meet.
 JOBS = max(1, int(os.environ.get("MNDS_MOLECULE_JOBS", "2")))
-LONGEST_FIRST = ("stack", "ssh_mesh", "slurm", "nccl", "nfs", "benchmark", "preflight", "cluster_hosts", "shared_dir")
+LONGEST_FIRST = ("stack", "image", "ssh_mesh", "slurm", "nccl", "nfs", "benchmark", "preflight", "cluster_hosts",
+                 "shared_dir")
 
 # The scenarios that install the stack from the controller's wheelhouse (the one site.yml builds): while it is not
 # built, they start only after the end-to-end tests' first site.yml built it (``wheelhouse_ready``), so that two
 # pip runs never write it at once.
-NEEDS_WHEELHOUSE = ("stack", "preflight")
+NEEDS_WHEELHOUSE = ("stack", "preflight", "image")
 WHEELHOUSE = Path(os.path.expanduser("~/.cache/multinode-deepspeed/wheelhouse"))
 
 _started = {}

@@ -21,6 +21,8 @@ __metaclass__ = type
 import hashlib
 import re
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry as image_registry
+
 LABEL = "multinode-deepspeed.io/run"
 ORDINAL_LABEL = "multinode-deepspeed.io/ordinal"
 APP = {"app.kubernetes.io/name": "multinode-deepspeed", "app.kubernetes.io/managed-by": "multinode.deepspeed"}
@@ -264,10 +266,10 @@ def check(job, opts):
     if opts.get("fabric") == "rdma" and not RESOURCE_RE.fullmatch(str(opts.get("rdma_resource") or "")):
         problems.append("k8s_rdma_resource=%r is not a resource name. Fix: -e k8s_rdma_resource=<the device "
                         "plugin's resource, e.g. rdma/rdma_shared_device_a>" % (opts.get("rdma_resource"),))
-    if not opts.get("image"):
+    if not opts.get("image") and not opts.get("image_default"):
         problems.append("k8s_image is not set. Fix: -e k8s_image=<an image with the stack's venv at %s>"
                         % job["venv"])
-    elif not IMAGE_RE.fullmatch(str(opts["image"])):
+    elif opts.get("image") and not IMAGE_RE.fullmatch(str(opts["image"])):
         problems.append("k8s_image=%r is not an image reference. Fix: -e k8s_image=<registry/name:tag>"
                         % (opts["image"],))
     domain = str(opts.get("cluster_domain") or "cluster.local")
@@ -567,7 +569,41 @@ def _api_failure(res):
     return msg.splitlines()[0][:400]
 
 
-def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=None):
+def image_verdicts(opts, found, fingerprints):
+    """The image's verdict from what ``image_registry`` read (``found``; skipped with ``k8s_image_check=false``):
+    the registry holds the tag, and the stack its label names is the rank nodes' (``fingerprints``)."""
+    if not opts.get("image_check") or not found or found.get("skipped"):
+        return []
+    ref = opts.get("image")
+    named = "" if opts.get("image_name") in (None, "", "multinode-deepspeed") else " -e image_name=%s" % opts["image_name"]
+    build = ("ansible-playbook image.yml -e image_registry=%s%s (it builds and pushes this stack's image)"
+             % (opts.get("image_registry"), named) if opts.get("image_default") else
+             "-e k8s_image=<an image the registry holds>, or leave k8s_image unset and run image.yml")
+    out = {"check": "kubernetes image", "host": "kubernetes", "status": "fail", "fix": None}
+    if found.get("error"):
+        detail, _sep, fix = str(found.get("message") or found["error"]).partition(". Fix: ")
+        out.update(detail="%s: %s" % (ref, detail), fix=(fix or build) + (
+            "; or -e k8s_image_check=false for an image the nodes hold that no registry serves"))
+        return [out]
+    if not found.get("exists"):
+        out.update(detail="the registry %s has no %s" % (found.get("registry"), ref), fix=build)
+        return [out]
+    wanted = sorted(set(fp for fp in (fingerprints or {}).values() if fp))
+    label = (found.get("labels") or {}).get(image_registry.FINGERPRINT_LABEL)
+    if not label:
+        out.update(detail="%s has no stack label (%s): it was not built by image.yml" % (ref, image_registry.FINGERPRINT_LABEL),
+                   fix="leave k8s_image unset and run image.yml, or -e k8s_image_check=false to run it unchecked")
+        return [out]
+    if wanted and label not in wanted:
+        out.update(detail="%s holds stack %s, the rank nodes hold %s" % (ref, label, ", ".join(wanted)),
+                   fix="leave k8s_image unset (image.yml's image of the nodes' stack), or run site.yml and "
+                       "image.yml so that both are the same stack")
+        return [out]
+    out.update(status="pass", detail="%s is in the registry with stack %s" % (ref, label))
+    return [out]
+
+
+def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=None, image=None, fingerprints=None):
     """The kubernetes backend's verdicts (``check``, ``host``, ``status``, ``detail``, ``fix``) from what the
     controller read with kubernetes.core.k8s_info: ``namespace`` (the Namespace), ``nodes`` (every Node),
     ``claim`` (the PersistentVolumeClaim, when the shared volume is one).  ``opts``: the plan's backend options;
@@ -623,4 +659,4 @@ def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=No
             phase = (found[0].get("status") or {}).get("phase")
             verdict("kubernetes volume", phase == "Bound", "claim %s is %s" % (vol.get("claim"), phase or "unknown"),
                     "bind the claim to a volume (it is %s)" % phase)
-    return out
+    return out + image_verdicts(opts, image, fingerprints)

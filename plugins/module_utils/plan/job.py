@@ -620,6 +620,7 @@ def plan(settings, workers, coordinators, now):
     job["program"] = program(job, settings)
     # One run at a time on a checkpoint directory (run_prepare takes it, the watch gives it back).
     job["checkpoint_lock"] = job["checkpoint_dir"] + ".lock" if job["metrics"] else None
+    job["stack_fingerprints"] = dict((h, workers[h].get("stack_fingerprint")) for h in rank_hosts)  # node_facts
     problems = backend.options.check(job) + tracker_problems(job, workers[job["master"]])
     if problems:
         raise JobError("; ".join(problems))

@@ -107,8 +107,14 @@ def read_versions(venv, trainer_dir):
             match = VERSION_RE.search(fh.read())
         trainer = match.group(1) if match else None
     versions = stack_versions(dist_versions(names), python, trainer)
-    digest = hashlib.sha256("\n".join([python or ""] + names + [trainer or ""]).encode("utf-8")).hexdigest()
-    return versions, digest[:16]
+    return versions, stack_fingerprint(python, names, trainer)
+
+
+def stack_fingerprint(python, names, trainer):
+    """The stack's fingerprint: the venv's Python version, its sorted ``*.dist-info`` names and the trainer's version
+    (what preflight compares between nodes, and the tag of the stack's image)."""
+    digest = hashlib.sha256("\n".join([python or ""] + sorted(names) + [trainer or ""]).encode("utf-8")).hexdigest()
+    return digest[:16]
 
 
 def port_state(port, host=""):

@@ -26,6 +26,7 @@ import json
 import os
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
 
 OBJECTS_FILE = "k8s/objects.json"
@@ -38,13 +39,19 @@ class Options(backends.Options):
     defaults = {"k8s_namespace": "default", "k8s_kubeconfig": None, "k8s_context": None, "k8s_image": None,
                 "k8s_fabric": "tcp", "k8s_rdma_resource": "rdma/rdma_shared_device_a", "k8s_host_network": False,
                 "k8s_shared_volume": "", "k8s_shm_size": None, "k8s_apply": True, "k8s_keep": False,
-                "k8s_cluster_domain": "cluster.local", "k8s_run_as_user": None, "k8s_fs_group": None}
+                "k8s_cluster_domain": "cluster.local", "k8s_run_as_user": None, "k8s_fs_group": None,
+                # The image: k8s_image, else image.yml's image of the workers' stack in image_registry (checked
+                # there, with its label, unless k8s_image_check=false).
+                "k8s_image_check": True, "image_registry": "", "image_name": "multinode-deepspeed",
+                "image_registry_insecure": False, "image_auth_file": ""}
 
     def read(self, settings, problems):
-        opts = dict((k[len("k8s_"):], settings.get(k) if settings.get(k) is not None else v)
+        opts = dict((k[len("k8s_"):] if k.startswith("k8s_") else k,
+                     settings.get(k) if settings.get(k) is not None else v)
                     for k, v in self.defaults.items())
-        for key in ("host_network", "apply", "keep"):
+        for key in ("host_network", "apply", "keep", "image_check", "image_registry_insecure"):
             opts[key] = backends.flag(opts[key])
+        opts["image_default"] = not opts["image"]
         # Unset: the pods run as the run's account (its uid on the coordinator), which owns the run directory;
         # with every capability dropped, root in a pod could not write there.
         if opts["run_as_user"] in (None, "") and settings.get("run_uid"):
@@ -56,7 +63,14 @@ class Options(backends.Options):
         return opts
 
     def check(self, job):
-        problems = k8s.check(job, job["backend_options"])
+        opts = job["backend_options"]
+        problems = []
+        if opts["image_default"]:
+            # image.yml's image of the stack the rank nodes hold (their fingerprint is its tag).
+            opts["image"], problem = registry.stack_image(opts["image_registry"], opts["image_name"],
+                                                          job.get("stack_fingerprints") or {}, job["venv"])
+            problems += [problem] if problem else []
+        problems += k8s.check(job, opts)
         for node in job.get("avoid_scheduler_nodes") or []:
             if not k8s.NODE_NAME_RE.fullmatch(str(node)):
                 problems.append("avoid_scheduler_nodes: %r is not a Kubernetes node name. Fix: leave it to the play"
