@@ -15,7 +15,8 @@ version_added: "0.5.0"
 description:
   - Runs C(debootstrap --variant=minbase) of the base's suite with its packages (Python, its venv module, a compiler
     for DeepSpeed's ops) from a Debian mirror - no image registry is needed for the base - then writes the tree as a
-    tarball. No SSH host key, no apt cache, no machine id is kept.
+    tarball, as root (debootstrap needs it). No apt cache or lists, no machine id, and none of the build host's
+    C(resolv.conf) or C(hostname) are kept.
   - Does nothing when the tarball exists (its name holds the suite, the mirror and the packages).
 options:
   base:
@@ -61,6 +62,9 @@ def main():
         module.exit_json(changed=False, tarball=tarball, seconds=0.0)
     if module.check_mode:
         module.exit_json(changed=True, tarball=tarball, seconds=0.0)
+    if os.geteuid() != 0:
+        module.fail_json(msg="debootstrap needs root on the build host (it makes device nodes and chroots). Fix: run "
+                             "image.yml as root, or with --become")
     if not module.get_bin_path("debootstrap"):
         module.fail_json(msg="debootstrap is not on the build host. Fix: apt-get install debootstrap (scripts/setup "
                              "installs it on the controller)")

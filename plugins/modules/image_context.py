@@ -15,7 +15,7 @@ version_added: "0.5.0"
 description:
   - Predicts the venv the image will hold - the base's Python and the wheels its C(python3 -m venv) starts with
     (read from the base's tarball), then what C(pip install --dry-run --report) of the stack's packages from the
-    wheelhouse installs - and returns its fingerprint, the one M(multinode.deepspeed.node_facts) reads on a node
+    wheelhouse installs into a throwaway venv holding those same wheels - and returns its fingerprint, the one M(multinode.deepspeed.node_facts) reads on a node
     that C(site.yml) provisioned with the same stack. That fingerprint is the image's tag.
   - With O(write=true), writes the build context - the base tarball, the wheels (hard links), the node package and
     the Containerfile; nothing secret is ever in it.
@@ -56,7 +56,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 tag:
-  description: The stack's fingerprint.
+  description: The stack's fingerprint; null in check mode before the base or the wheelhouse exists.
   returned: always
   type: str
   sample: 3f2a9c0d1e4b5a67
@@ -87,6 +87,7 @@ import json
 import os
 import shutil
 import sys
+import tarfile
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -96,17 +97,20 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.provision impo
 
 
 def predict(module, image, wheels):
-    python, seeds = build.base_python(image["base"]["tarball"])
+    """The base's Python and the dist-info names of the venv the build makes: a throwaway venv seeded with the
+    base's own ensurepip wheels, then pip's dry run of the stack's packages from the wheelhouse, which lists what it
+    would install or upgrade (a seed that satisfies every requirement stays, as in the build)."""
+    python, seeds, members = build.base_python(image["base"]["tarball"])
     if not python:
-        module.fail_json(msg="the base %s has no installed python3 package. Fix: remove it (image.yml makes it "
-                             "again)" % image["base"]["tarball"])
-    fd, report_path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
+        module.fail_json(msg="the base %s has no installed Python interpreter package. Fix: remove it (image.yml "
+                             "makes it again)" % image["base"]["tarball"])
+    tmp = tempfile.mkdtemp(prefix="image-resolve-")
     try:
-        argv = [sys.executable, "-m", "pip", "--isolated", "install", "--dry-run", "--ignore-installed", "--quiet",
-                "--disable-pip-version-check", "--no-index", "--only-binary", ":all:", "--find-links", wheels,
-                "--report", report_path] + list(image["packages"])
-        rc, _out, err = module.run_command(argv)
+        pip = seeded_venv(module, image["base"]["tarball"], members, tmp)
+        report_path = os.path.join(tmp, "report.json")
+        argv = pip + ["--isolated", "install", "--dry-run", "--quiet", "--disable-pip-version-check", "--no-index",
+                      "--only-binary", ":all:", "--find-links", wheels, "--report", report_path]
+        rc, _out, err = module.run_command(argv + list(image["packages"]))
         if rc != 0:
             module.fail_json(msg="pip cannot resolve the stack's packages from the wheelhouse %s: %s. Fix: run "
                                  "image.yml again (it builds the wheelhouse), or site.yml" % (
@@ -114,8 +118,37 @@ def predict(module, image, wheels):
         with open(report_path) as fh:
             report = json.load(fh)
     finally:
-        os.unlink(report_path)
+        shutil.rmtree(tmp, ignore_errors=True)
     return python, build.predicted_names(seeds, report, {})
+
+
+def seeded_venv(module, tarball, members, tmp):
+    """A venv (the controller's Python, the same minor as the base's) holding the base's pip and setuptools wheels;
+    returns the argv of its pip."""
+    seeds = os.path.join(tmp, "seeds")
+    os.makedirs(seeds)
+    with tarfile.open(tarball) as tf:
+        for wheel, member in members.items():
+            with open(os.path.join(seeds, wheel), "wb") as out:
+                shutil.copyfileobj(tf.extractfile(member), out)
+    venv = os.path.join(tmp, "venv")
+    for argv in ([sys.executable, "-m", "venv", "--without-pip", venv],
+                 [os.path.join(venv, "bin", "python"), os.path.join(seeds, _pip_wheel(module, members), "pip"),
+                  "--isolated", "install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links",
+                  seeds] + [w.split("-", 1)[0] for w in sorted(members)]):
+        rc, _out, err = module.run_command(argv)
+        if rc != 0:
+            module.fail_json(msg="the venv that predicts the image's cannot be made (%s): %s" % (
+                " ".join(argv[:3]), (err or "").strip()[-1000:]))
+    return [os.path.join(venv, "bin", "python"), "-m", "pip"]
+
+
+def _pip_wheel(module, members):
+    found = [w for w in members if w.startswith("pip-")]
+    if not found:
+        module.fail_json(msg="the base has no pip wheel for its venvs (/usr/share/python-wheels). Fix: remove the "
+                             "base tarball; image.yml makes it again with python3-venv")
+    return found[0]
 
 
 def write_context(image, wheels, trainer_src, utils_src, text):
@@ -155,6 +188,10 @@ def main():
     with open(os.path.join(p["trainer_src"], "__init__.py")) as fh:
         match = node.VERSION_RE.search(fh.read())
     trainer = match.group(1) if match else None
+    if module.check_mode and not (os.path.exists(image["base"]["tarball"]) and os.path.isdir(p["wheels"])):
+        # Check mode on a host without the base or the wheels: they are not made, so the tag cannot be known.
+        module.exit_json(changed=True, tag=None, ref=None, python=None, dist_info=[], labels={},
+                         msg="check mode: the base or the wheelhouse is not there yet, so the tag is unknown")
     python, names = predict(module, image, p["wheels"])
     tag = build.fingerprint(python, names, trainer)
     result = {"changed": False, "tag": tag, "ref": "%s:%s" % (image["repository"], tag), "python": python,

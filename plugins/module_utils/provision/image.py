@@ -33,11 +33,15 @@ BASE_PACKAGES = ("python3", "python3-venv", "python3-dev", "g++", "procps", "ca-
 ACCELERATORS = ("cuda", "cpu")
 # Left out of the base: apt's caches and lists, the machine id (made at first start), logs.
 BASE_REMOVE = ("var/cache/apt/archives", "var/lib/apt/lists", "var/log", "etc/machine-id", "var/cache/debconf/"
-               "templates.dat-old")
+               "templates.dat-old", "etc/resolv.conf", "etc/hostname")
 # The collection's pure logic the node package uses, copied next to it (as role stack's trainer.yml does).
 NODE_EXTRA = {"benchcore.py": "bench/core.py", "dsconfigcore.py": "plan/dsconfig.py"}
 NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
-MIRROR_RE = re.compile(r"^(https?|file)://[^\s'\"]+$")
+# A mirror URL with no credentials in it (debootstrap writes it into the image's apt sources).
+MIRROR_RE = re.compile(r"^(https?|file)://[^\s'\"@]+$")
+# What goes into the Containerfile's RUN lines unquoted: absolute paths and op builder names.
+PATH_RE = re.compile(r"^/[A-Za-z0-9._/+-]+$")
+OP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # A wheel's file name: <name>-<version>(-<build>)?-<python>-<abi>-<platform>.whl
 WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 DPKG_VERSION_RE = re.compile(r"^(?:\d+:)?(\d+\.\d+\.\d+)")
@@ -66,8 +70,10 @@ def plan(p, worker_nodes=None, controller_python=None):
                         "Python %s>" % (suite, python, controller_python, python, controller_python))
     mirror = str(p.get("mirror") or "")
     if not MIRROR_RE.match(mirror):
-        problems.append("image_base_mirror=%r is not a Debian mirror URL. Fix: -e image_base_mirror="
-                        "http://deb.debian.org/debian" % (mirror,))
+        shown = re.sub(r"//[^/@]*@", "//<credentials>@", mirror)
+        problems.append("image_base_mirror=%r is not a Debian mirror URL without credentials in it (they would be "
+                        "written into the image's apt sources). Fix: -e image_base_mirror=http://deb.debian.org/debian, "
+                        "credentials in /etc/apt/auth.conf.d" % (shown,))
     accelerator, cuda_driver, where = image_accelerator(p, worker_nodes or {}, problems)
     registry, name = destination(p, problems)
     selection = select(p, accelerator, cuda_driver, python, problems) if accelerator and python else None
@@ -76,7 +82,7 @@ def plan(p, worker_nodes=None, controller_python=None):
     build = selection["builds"]["image"]
     packages = list(selection["packages"]["image"]) + list(p.get("extra_packages") or [])
     repository = ("%s/%s" % (registry, name)) if registry else "localhost/" + name
-    base_key = hashlib.sha256(json.dumps([suite, mirror, sorted(BASE_PACKAGES)]).encode()).hexdigest()[:12]
+    base_key = hashlib.sha256(json.dumps([suite, mirror, sorted(BASE_PACKAGES), BASE_REMOVE]).encode()).hexdigest()[:12]
     cache = str(p.get("cache_dir")).rstrip("/")
     return {
         "accelerator": accelerator, "accelerator_from": where, "build": build, "packages": packages,
@@ -132,7 +138,7 @@ def image_accelerator(p, worker_nodes, problems):
     the workers' facts say (one GPU worker makes it cuda, at the highest CUDA every GPU worker's driver runs)."""
     given = str(p.get("accelerator") or "")
     cuda = str(p.get("cuda") or "")
-    worker_nodes = dict((host, worker_node(facts)) for host, facts in (worker_nodes or {}).items())
+    worker_nodes = dict((host, worker_node(facts)) for host, facts in (worker_nodes or {}).items() if facts)
     if given and given not in ACCELERATORS:
         problems.append("image_accelerator=%r: the matrix has stacks for %s only. Fix: -e image_accelerator=cuda "
                         "or -e image_accelerator=cpu" % (given, " and ".join(ACCELERATORS)))
@@ -221,9 +227,10 @@ def dist_info_name(wheel_path):
 
 
 def base_python(tarball):
-    """``(python version, [dist-info names a fresh venv starts with])`` from the base's tarball: the python3
-    package's version (dpkg's status) and the wheels ensurepip installs (``/usr/share/python-wheels``)."""
-    version, seeds = None, []
+    """``(python version, [(project, dist-info)], {wheel file: member})`` from the base's tarball: the interpreter's
+    version (dpkg's status of ``python3.<minor>``, what ``pyvenv.cfg`` records) and the wheels ensurepip installs
+    into a fresh venv (``/usr/share/python-wheels``: pip, setuptools)."""
+    version, seeds, members = None, [], {}
     with tarfile.open(tarball) as tf:
         for member in tf.getmembers():
             name = member.name.lstrip("./")
@@ -233,19 +240,22 @@ def base_python(tarball):
                 if match and match.group("name") in ("pip", "setuptools"):
                     info = "%s-%s.dist-info" % (match.group("name"), match.group("version"))
                     seeds.append((match.group("name"), info))
+                    members[wheel] = member.name
             elif name == "var/lib/dpkg/status":
                 version = python_from_status(tf.extractfile(member).read().decode("utf-8", "replace"))
-    return version, seeds
+    return version, seeds, members
 
 
 def python_from_status(text):
-    """The upstream version of the ``python3`` package in dpkg's status text (``3.11.2`` of ``3.11.2-1+b1``)."""
-    for stanza in text.split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
-        if fields.get("Package") == "python3" and "installed" in fields.get("Status", ""):
-            match = DPKG_VERSION_RE.match(fields.get("Version", ""))
-            return match.group(1) if match else None
-    return None
+    """The upstream version of the installed interpreter package ``python3.<minor>`` (the one ``python3`` depends on)
+    in dpkg's status text: ``3.11.2`` of ``3.11.2-6+deb12u6``."""
+    stanzas = [dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and not line[0].isspace())
+               for stanza in text.split("\n\n")]
+    installed = dict((f.get("Package"), f) for f in stanzas if "installed" in f.get("Status", "").split())
+    minor = re.search(r"python3\.(\d+)", (installed.get("python3") or {}).get("Depends", ""))
+    interpreter = installed.get("python3.%s" % minor.group(1)) if minor else None
+    match = DPKG_VERSION_RE.match((interpreter or {}).get("Version", ""))
+    return match.group(1) if match else None
 
 
 def canonical(name):
@@ -295,6 +305,11 @@ def containerfile(decision, tag, trainer_version):
     from the wheels (bind-mounted, never a layer), the node package, DeepSpeed's ops prebuilt for the accelerator
     (where the build host can build them), the labels; no key, token or password is ever in the context."""
     venv, home = decision["venv"], decision["home"]
+    bad = [v for v in (venv, home) if not PATH_RE.match(str(v))] + [o for o in decision["ops"] if not OP_RE.match(o)]
+    if bad:
+        raise ImageError("%s: not an absolute path or an op builder's name the image can use. Fix: stack_venv_dir and "
+                         "stack_home as plain absolute paths, stack_ops as DeepSpeed builder names" % ", ".join(
+                             repr(b) for b in bad))
     ext = home + "/torch_extensions"
     lines = [
         "# The multinode.deepspeed stack %s (%s): written by image.yml, not by hand." % (tag, decision["build"]),

@@ -25,9 +25,12 @@ from urllib.request import HTTPSHandler, Request, build_opener
 # registry/name[:tag]: the registry part names a host (a dot or a port) or localhost.
 REFERENCE_RE = re.compile(r"^(?:(?P<registry>[A-Za-z0-9.-]+(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)/)?"
                           r"(?P<repository>[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*)"
-                          r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?$")
+                          r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+                          r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$")
 REGISTRY_RE = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::[0-9]+)?$")
 DOCKER_HUB = "docker.io"
+# Docker Hub's API is not served at docker.io itself.
+API_HOSTS = {DOCKER_HUB: "registry-1.docker.io"}
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json",
                   "application/vnd.docker.distribution.manifest.list.v2+json")
@@ -47,11 +50,11 @@ class RegistryError(Exception):
 
 
 def parse_reference(ref):
-    """``(registry, repository, tag)`` of an image reference; registry ``docker.io`` when the first part names no
-    host; tag ``latest`` when none; None when it is not a reference."""
+    """``(registry, repository, tag or digest)`` of an image reference; registry ``docker.io`` when the first part
+    names no host; tag ``latest`` when none; None when it is not a reference."""
     text = str(ref or "").strip()
     match = REFERENCE_RE.match(text)
-    if not match or "@" in text:
+    if not match:
         return None
     registry, repository = match.group("registry"), match.group("repository")
     if registry and not ("." in registry or ":" in registry or registry == "localhost" or registry.startswith("[")):
@@ -62,7 +65,8 @@ def parse_reference(ref):
     registry = registry or DOCKER_HUB
     if registry == DOCKER_HUB and "/" not in repository:
         repository = "library/" + repository
-    return registry, repository, match.group("tag") or "latest"
+    # A digest names the manifest itself (the API takes it where a tag goes).
+    return registry, repository, match.group("digest") or match.group("tag") or "latest"
 
 
 def stack_image(registry, name, fingerprints, venv):
@@ -158,7 +162,12 @@ class Registry(object):
         return "Basic " + base64.b64encode(raw).decode("ascii")
 
     def _open(self, method, url, headers):
+        headers = dict(headers)
+        auth = headers.pop("Authorization", None)
         req = Request(url, headers=headers)
+        if auth:
+            # Never sent on to where a redirect points (a blob store, another host).
+            req.add_unredirected_header("Authorization", auth)
         req.get_method = lambda: method
         return self.opener.open(req, timeout=self.timeout)
 
@@ -176,6 +185,9 @@ class Registry(object):
                                          "know: %r" % (header or "")[:100])
         query = dict((k, v) for k, v in (("service", params.get("service")), ("scope", scope)) if v)
         url = params["realm"] + ("?" + urlencode(query) if query else "")
+        if self.user is not None and not url.startswith("https://") and not self.insecure:
+            raise RegistryError("credentials", "its token service %s is not HTTPS: the auth file's credentials are "
+                                               "not sent there without image_registry_insecure=true" % params["realm"])
         headers = {"Authorization": self._basic()} if self.user is not None else {}
         try:
             res = self._open("GET", url, headers)
@@ -193,7 +205,7 @@ class Registry(object):
         except (URLError, OSError, ValueError) as exc:
             raise RegistryError("unreachable", "its token service %s does not answer: %s"
                                 % (params["realm"], _reason(exc)))
-        token = body.get("token") or body.get("access_token")
+        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
         if not token:
             raise RegistryError("error", "its token service %s returned no token" % params["realm"])
         self.auth = "Bearer " + token
@@ -203,7 +215,7 @@ class Registry(object):
         schemes = [self.scheme] if self.scheme else (["https", "http"] if self.insecure else ["https"])
         last = None
         for scheme in schemes:
-            url = "%s://%s/v2/%s" % (scheme, self.host, path)
+            url = "%s://%s/v2/%s" % (scheme, API_HOSTS.get(self.host, self.host), path)
             for _attempt in range(2):
                 headers = {"Accept": ", ".join(accept)} if accept else {}
                 if self.auth:
@@ -234,7 +246,9 @@ class Registry(object):
 
     def ping(self):
         """The API answers (with these credentials, when it wants some)."""
-        self.request("GET", "", scope=None)
+        status, _h, _b = self.request("GET", "", scope=None)
+        if status == 404:
+            raise RegistryError("error", "%s answers 404 to /v2/: it is not an OCI registry" % self.host)
 
     def manifest(self, repository, tag):
         """``(digest, manifest)`` of a tag, or ``(None, None)`` when the registry has no such tag."""
@@ -244,6 +258,8 @@ class Registry(object):
             return None, None
         headers = dict((k.lower(), v) for k, v in headers.items())
         doc = json.loads(body.decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("the manifest of %s:%s is not a JSON object" % (repository, tag))
         return headers.get("docker-content-digest"), doc
 
     def labels(self, repository, manifest):
@@ -264,7 +280,7 @@ class Registry(object):
         if status == 404:
             return {}
         config = json.loads(body.decode("utf-8"))
-        return dict((config.get("config") or {}).get("Labels") or {})
+        return dict(((config if isinstance(config, dict) else {}).get("config") or {}).get("Labels") or {})
 
 
 def header(headers, name):

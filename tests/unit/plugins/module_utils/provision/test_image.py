@@ -1,5 +1,6 @@
 """The image's decision (provision/image.py): the stack the matrix selects for the image's accelerator, the inputs
-refused before anything is built, the tag predicted from pip's report (a real one, trimmed) and the base's
+refused before anything is built, the tag predicted from pip's report (a real one, trimmed: pip 23.0.1's dry run in a
+venv seeded with bookworm's ensurepip wheels) and the base's
 ensurepip wheels and dpkg status (real, from a bookworm debootstrap) -- equal to what node_facts reads from a venv
 holding those packages -- and the Containerfile."""
 import io
@@ -99,11 +100,15 @@ def test_the_tag_is_the_fingerprint_node_facts_reads_from_the_installed_venv(tmp
         wheel(wheels / name, info)
     report = json.loads((FIX / "pip_report.json").read_text().replace("/WHEELS", str(wheels)))
     base_tar(tmp_path / "base.tar")
-    python, seeds = build.base_python(str(tmp_path / "base.tar"))
+    python, seeds, members = build.base_python(str(tmp_path / "base.tar"))
     assert python == "3.11.2" and seeds == [("pip", "pip-23.0.1.dist-info"),
                                             ("setuptools", "setuptools-66.1.1.dist-info")]
+    assert members == {"pip-23.0.1-py3-none-any.whl": "./usr/share/python-wheels/pip-23.0.1-py3-none-any.whl",
+                       "setuptools-66.1.1-py3-none-any.whl":
+                       "./usr/share/python-wheels/setuptools-66.1.1-py3-none-any.whl"}
     names = build.predicted_names(seeds, report, {})
-    # pip stays; the wheelhouse's setuptools replaces ensurepip's; a percent-encoded URL (torch's +cpu) is read.
+    # pip stays; the wheelhouse's setuptools, which pip's report lists (a requirement wants a newer one), replaces
+    # ensurepip's; a percent-encoded URL (torch's +cpu) is read.
     assert "pip-23.0.1.dist-info" in names and "setuptools-84.2.1.dist-info" in names
     assert "setuptools-66.1.1.dist-info" not in names and "torch-2.13.0+cpu.dist-info" in names
     assert "jinja2-3.1.6.dist-info" in names and len(names) == 25
@@ -157,3 +162,34 @@ def test_the_mirror_is_read_from_apt_sources(tmp_path):
 
 def test_a_cuda_image_prebuilds_no_op_the_base_cannot_compile():
     assert decide(accelerator="cuda")["ops"] == [] and decide()["ops"] == ["ShareMemCommBuilder"]
+
+
+def test_the_interpreter_package_gives_the_version_pyvenv_cfg_records():
+    text = (FIX / "dpkg_status").read_text()
+    assert build.python_from_status(text) == "3.11.2"
+    # python3 (the metapackage) says 3.11.2-1+b1; only the interpreter's own package counts.
+    assert build.python_from_status(text.replace("Version: 3.11.2-6+deb12u8", "Version: 3.11.9-1")) == "3.11.9"
+    assert build.python_from_status("Package: python3\nStatus: install ok installed\n") is None
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"mirror": "https://user:s3cret@mirror.example/debian"}, ["<credentials>@", "auth.conf.d"]),
+])
+def test_a_mirror_with_credentials_is_refused_without_showing_them(over, words):
+    with pytest.raises(build.ImageError) as err:
+        decide(**over)
+    assert "s3cret" not in str(err.value)
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize("over", [{"venv": "/opt/my venv"}, {"home": "/opt/x;reboot"}, {"home": "relative/path"},
+                                  {"ops": {"cpu": ["Shm$(id)"]}}])
+def test_paths_and_op_names_that_a_run_line_cannot_hold_are_refused(over):
+    with pytest.raises(build.ImageError, match="not an absolute path or an op builder's name"):
+        build.containerfile(decide(**over), "t", "0.1.0")
+
+
+def test_workers_that_did_not_answer_are_left_out():
+    d = decide({"w1": GPU, "w2": None}, accelerator="")
+    assert d["accelerator"] == "cuda" and d["accelerator_from"] == "the workers' facts (w1)"

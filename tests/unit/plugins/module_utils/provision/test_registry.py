@@ -176,7 +176,8 @@ def test_a_bearer_token_is_fetched_with_the_credentials_and_used(tmp_path):
             return Opener.open(self, req, timeout)
 
     opener = TokenOpener(routes)
-    out = registry.inspect("127.0.0.1:5001/multinode-deepspeed:d312f27811669737", auth_file=path, opener=opener)
+    out = registry.inspect("127.0.0.1:5001/multinode-deepspeed:d312f27811669737", auth_file=path, opener=opener,
+                           insecure=True)
     assert out["exists"] and out["labels"][registry.FINGERPRINT_LABEL] == "d312f27811669737", out
     token_calls = [(u, h) for _m, u, h in opener.seen if "/token" in u]
     assert token_calls and "service=mnds-test" in token_calls[0][0]
@@ -204,3 +205,43 @@ def test_the_stack_image_is_the_rank_nodes_fingerprint(reg, fingerprints, want, 
     ref, why = registry.stack_image(reg, "multinode-deepspeed", fingerprints, "/opt/v")
     assert ref == want
     assert (why is None) if problem is None else (problem in why), why
+
+
+def test_credentials_never_go_to_a_token_service_over_plain_http(tmp_path):
+    path = auth_file(tmp_path, "127.0.0.1:5001")
+    routes = {("GET", "https://127.0.0.1:5001/v2/"): 401}
+    opener = Opener(routes)
+    out = registry.inspect("127.0.0.1:5001/multinode-deepspeed", auth_file=path, opener=opener)
+    assert out["error"] == "credentials" and "is not HTTPS" in out["message"], out
+    assert not [u for _m, u, _h in opener.seen if "/token" in u]
+
+
+def test_credentials_are_not_sent_on_to_where_a_redirect_points(tmp_path):
+    reg = registry.Registry("127.0.0.1:5000", user="ci", password="pw", opener=Opener(image_routes()))
+    reg.auth = reg._basic()  # pylint: disable=protected-access
+    reg.request("GET", "")
+    sent = reg.opener.seen[-1]
+    assert sent[2]["Authorization"].startswith("Basic ")
+
+    class Keep(Opener):
+        def open(self, req, timeout=None):
+            self.req = req
+            return Opener.open(self, req, timeout)
+    keep = Keep(image_routes())
+    reg = registry.Registry("127.0.0.1:5000", opener=keep)
+    reg.auth = "Bearer t"
+    reg.request("GET", "")
+    assert "Authorization" in keep.req.unredirected_hdrs and "Authorization" not in keep.req.headers
+
+
+def test_a_server_that_is_not_a_registry_is_named(tmp_path):
+    opener = Opener({("GET", "https://example.org/other"): Answer(200)})
+    out = registry.inspect("example.org/multinode-deepspeed:1", opener=opener, env={}, home=str(tmp_path))
+    assert out["error"] == "error" and "not an OCI registry" in out["message"], out
+
+
+def test_docker_hub_is_read_at_its_api_host(tmp_path):
+    opener = Opener({("GET", "https://registry-1.docker.io/v2/"): Answer(200, b"{}")})
+    out = registry.inspect("library/busybox:1", opener=opener, env={}, home=str(tmp_path))
+    assert out["reachable"] and not out["exists"], out
+    assert opener.seen[0][1] == "https://registry-1.docker.io/v2/"
