@@ -40,6 +40,11 @@ options:
     description: Write the build context too.
     type: bool
     default: false
+  tag:
+    description:
+      - The tag an earlier call predicted (RV(tag)); given, it is used as is and nothing is predicted again
+        (RV(python) is null and RV(dist_info) empty).
+    type: str
 author:
   - multinode.deepspeed developers (@multinode)
 """
@@ -65,7 +70,7 @@ ref:
   returned: always
   type: str
 python:
-  description: The base's Python version (the venv's).
+  description: The base's Python version (the venv's); null when O(tag) is given.
   returned: always
   type: str
 dist_info:
@@ -181,7 +186,8 @@ def main():
                                               wheels=dict(type="path", required=True),
                                               trainer_src=dict(type="path", required=True),
                                               module_utils_src=dict(type="path", required=True),
-                                              write=dict(type="bool", default=False)),
+                                              write=dict(type="bool", default=False),
+                                              tag=dict(type="str")),
                            supports_check_mode=True)
     p = module.params
     image = p["image"]
@@ -192,8 +198,12 @@ def main():
         # Check mode on a host without the base or the wheels: they are not made, so the tag cannot be known.
         module.exit_json(changed=True, tag=None, ref=None, python=None, dist_info=[], labels={},
                          msg="check mode: the base or the wheelhouse is not there yet, so the tag is unknown")
-    python, names = predict(module, image, p["wheels"])
-    tag = build.fingerprint(python, names, trainer)
+    if p["tag"]:
+        # The tag an earlier call of this play predicted: not predicted again.
+        python, names, tag = None, [], p["tag"]
+    else:
+        python, names = predict(module, image, p["wheels"])
+        tag = build.fingerprint(python, names, trainer)
     result = {"changed": False, "tag": tag, "ref": "%s:%s" % (image["repository"], tag), "python": python,
               "dist_info": names, "labels": build.labels(image, tag, trainer)}
     if p["write"]:
