@@ -208,15 +208,21 @@ def main(argv=None) -> int:
     # Each run against the bare run of its own round: the machine's drift between rounds cancels out.
     paired = dict((k, {m: statistics.median(r[m] / b[m] for r, b in zip(v, results[base]))
                        for m in ("first_step_s", "wall_s")}) for k, v in results.items())
-    print(f"\nmedian of the per-round ratios (each run / the same round's {base} run):")
-    print(f"{'':8s}{'first step':>16s}{'whole':>20s}")
+    spread = dict((k, {m: (min(r[m] / b[m] for r, b in zip(v, results[base])),
+                           max(r[m] / b[m] for r, b in zip(v, results[base])))
+                       for m in ("first_step_s", "wall_s")}) for k, v in results.items())
+    print(f"\nmedian of the per-round ratios (each run / the same round's {base} run), and their spread:")
+    print(f"{'':8s}{'first step':>16s}{'spread':>14s}{'whole':>10s}{'spread':>14s}")
     for kind, m in paired.items():
-        print(f"{kind:8s}{m['first_step_s']:16.2f}{m['wall_s']:20.2f}")
+        lo_f, hi_f = spread[kind]["first_step_s"]
+        lo_w, hi_w = spread[kind]["wall_s"]
+        print(f"{kind:8s}{m['first_step_s']:16.2f}{f'{lo_f:.2f}-{hi_f:.2f}':>14s}{m['wall_s']:10.2f}"
+              f"{f'{lo_w:.2f}-{hi_w:.2f}':>14s}")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rounds": results, "medians": med, "model": args.model, "steps": args.steps,
                                "ratios": dict((k, {m: v[m] / med[base][m] for m in v}) for k, v in med.items()), "baseline": base,
-                               "paired_ratios": paired},
+                               "paired_ratios": paired, "paired_spread": spread},
                               indent=2) + "\n")
     print(f"\n{out}")
     return 0

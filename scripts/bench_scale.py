@@ -10,9 +10,12 @@ per node), then train.yml -e preflight=false -e steps=STEPS runs ROUNDS times.  
   before   command start -> the last agent started (nodes/*.json "started"): Ansible's part of the start
   ranks    the last agent started -> rank 0's first step: the ranks' own start, reported apart -
            every rank shares this machine's 2 cores, so it grows with N for reasons no play controls
-  after    the last rank's "done" record -> the command's end: Ansible's part of the end
+  exit     the last rank's "done" record -> the last launcher's exit (its agent records the moment): the ranks'
+           and DeepSpeed's launcher's own exit, reported apart for the same reason
+  after    the last launcher's exit -> the command's end: Ansible's part of the end (the watch's last call,
+           the collection, the summary)
 
-Ansible's part is before + after.  Prints a table (medians over the rounds), its ratio to the smallest
+Ansible's part is before + after; "done -> end" (exit + after) is printed too.  Prints a table (medians over the rounds), its ratio to the smallest
 size, draws tests/output/bench-scale.png and writes the numbers as JSON.  The cluster is left at the
 last size.
 """
@@ -52,13 +55,21 @@ def launch(run_id: str, steps: int) -> dict:
     end = time.time()
     if res.returncode != 0:
         raise SystemExit(f"[bench-scale] train.yml {run_id} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
-    run = ROOT / "runs" / run_id
-    started = max(json.loads(p.read_text())["started"] for p in (run / "nodes").glob("*.json"))
+    return dict(phases(ROOT / "runs" / run_id, t0, end), run_id=run_id)
+
+
+def phases(run: Path, t0: float, end: float) -> dict:
+    """A collected run's phases, from its agents' records (nodes/*.json) and its ranks' (metrics/rank*.jsonl)."""
+    nodes = [json.loads(p.read_text()) for p in (run / "nodes").glob("*.json")]
+    started = max(n["started"] for n in nodes)
     metrics = [records(p) for p in sorted((run / "metrics").glob("rank*.jsonl"))]
     first = min(r["time"] for r in metrics[0] if r.get("event") == "step")
     done = max(r["time"] for recs in metrics for r in recs if r.get("event") == "done")
-    return {"before_s": started - t0, "ranks_s": first - started, "after_s": end - done, "wall_s": end - t0,
-            "ranks": len(metrics)}
+    # The last launcher's exit: the time its agent recorded the exit code (it waits on it ten times a second).
+    exits = [n["time"] for n in nodes if n.get("role") == "launcher" and n.get("exit_code") is not None]
+    exited = max(exits) if exits else done
+    return {"before_s": started - t0, "ranks_s": first - started, "exit_s": exited - done, "after_s": end - exited,
+            "done_to_end_s": end - done, "wall_s": end - t0, "ranks": len(metrics)}
 
 
 def one_size(workers: int, rounds: int, steps: int) -> dict:
@@ -75,8 +86,10 @@ def one_size(workers: int, rounds: int, steps: int) -> dict:
         res = launch(f"bench-scale-{nodes}-{int(time.time())}-{rnd}", steps)
         launches.append(res)
         print(f"[bench-scale] {nodes} nodes, launch {rnd}: before {res['before_s']:.1f} s, ranks {res['ranks_s']:.1f} s,"
-              f" after {res['after_s']:.1f} s, whole {res['wall_s']:.1f} s ({res['ranks']} ranks)", flush=True)
-    med = dict((k, statistics.median(r[k] for r in launches)) for k in ("before_s", "ranks_s", "after_s", "wall_s"))
+              f" exit {res['exit_s']:.1f} s, after {res['after_s']:.1f} s, whole {res['wall_s']:.1f} s"
+              f" ({res['ranks']} ranks)", flush=True)
+    med = dict((k, statistics.median(r[k] for r in launches))
+               for k in ("before_s", "ranks_s", "exit_s", "after_s", "done_to_end_s", "wall_s"))
     med["ansible_s"] = med["before_s"] + med["after_s"]
     return {"nodes": nodes, "workers": workers, "site_first_s": first["wall_s"], "site_noop_s": noop["wall_s"],
             "site_noop_per_node_s": noop["wall_s"] / nodes, "launches": launches, "median": med}
@@ -88,7 +101,8 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
     xs = [r["workers"] for r in results]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key, label in (("before_s", "start (Ansible)"), ("after_s", "end (Ansible)"), ("ranks_s", "ranks' own start")):
+    for key, label in (("before_s", "start (Ansible)"), ("after_s", "end (Ansible)"), ("ranks_s", "ranks' own start"),
+                       ("exit_s", "ranks' own exit")):
         left.plot(xs, [r["median"][key] for r in results], marker="o", label=label)
     left.set_xlabel("workers")
     left.set_ylabel("seconds (median)")
@@ -101,9 +115,18 @@ def plot(results: list[dict], path: Path) -> None:
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
         ax.set_xticks(xs)
+        ax.set_ylim(bottom=0)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def write(results: list[dict], args, out: Path) -> None:
+    ordered = sorted(results, key=lambda r: r["workers"])
+    base = ordered[0]["median"]["ansible_s"]
+    out.write_text(json.dumps({"sizes": ordered, "rounds": args.rounds, "steps": args.steps,
+                               "ansible_ratio_to_smallest": [r["median"]["ansible_s"] / base for r in ordered]},
+                              indent=2) + "\n")
 
 
 def main(argv=None) -> int:
@@ -119,20 +142,22 @@ def main(argv=None) -> int:
         p.error("--sizes: worker counts such as 2,4,8,16")
     if not sizes or min(sizes) < 1 or max(sizes) > 16 or args.rounds < 1 or args.steps < 1:
         p.error("--sizes: 1 to 16 workers each; --rounds and --steps: at least 1")
-    results = [one_size(n, args.rounds, args.steps) for n in sizes]
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    results: list[dict] = []
+    for n in sizes:  # the numbers are written after every size: a later size that fails keeps the earlier ones
+        results.append(one_size(n, args.rounds, args.steps))
+        write(results, args, out)
+    results.sort(key=lambda r: r["workers"])
     base = results[0]["median"]["ansible_s"]
-    print(f"\n{'workers':>8s}{'start (s)':>11s}{'end (s)':>9s}{'Ansible (s)':>13s}{'ratio':>7s}{'ranks (s)':>11s}"
-          f"{'whole (s)':>11s}{'site no-op/node (s)':>21s}")
+    print(f"\n{'workers':>8s}{'start (s)':>11s}{'end (s)':>9s}{'Ansible (s)':>13s}{'ratio':>7s}{'ranks start (s)':>17s}"
+          f"{'ranks exit (s)':>16s}{'done->end (s)':>15s}{'whole (s)':>11s}{'site no-op/node (s)':>21s}")
     for r in results:
         m = r["median"]
         print(f"{r['workers']:8d}{m['before_s']:11.1f}{m['after_s']:9.1f}{m['ansible_s']:13.1f}"
-              f"{m['ansible_s'] / base:7.2f}{m['ranks_s']:11.1f}{m['wall_s']:11.1f}{r['site_noop_per_node_s']:21.2f}")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
+              f"{m['ansible_s'] / base:7.2f}{m['ranks_s']:17.1f}{m['exit_s']:16.1f}{m['done_to_end_s']:15.1f}"
+              f"{m['wall_s']:11.1f}{r['site_noop_per_node_s']:21.2f}")
     plot(results, out.with_suffix(".png"))
-    out.write_text(json.dumps({"sizes": results, "rounds": args.rounds, "steps": args.steps,
-                               "ansible_ratio_to_smallest": [r["median"]["ansible_s"] / base for r in results]},
-                              indent=2) + "\n")
     print(f"\n{out}\n{out.with_suffix('.png')}")
     return 0
 

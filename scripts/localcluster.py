@@ -529,6 +529,17 @@ def connect(node: str, quiet: bool = False) -> None:
     log(f"{name} connected to {NETWORK} at {addr}")
 
 
+def ops_build_nodes(per_node_gib: float = 3.0) -> int:
+    """How many nodes may build DeepSpeed's ops at once on this machine: one compiler takes about 1.5 GiB, and the
+    nodes' other processes and the controller need the rest (this machine's MemTotal / 3 GiB, at least 1)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            kib = next(int(line.split()[1]) for line in fh if line.startswith("MemTotal:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return 1
+    return max(1, int(kib / 1024 / 1024 // per_node_gib))
+
+
 def write_inventory(hosts: dict, key: Path) -> None:
     INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
     lines = [
@@ -546,8 +557,10 @@ def write_inventory(hosts: dict, key: Path) -> None:
         "    # The podman volume mounted on every node stands in for NFS here.",
         "    shared_dir_provider: preexisting",
         "    deepspeed_accelerator: cpu",
-        "    # Every node shares this machine's memory: one compiler per node while DeepSpeed's ops build.",
+        "    # Every node shares this machine's memory: one compiler per node while DeepSpeed's ops build, and",
+        "    # no more nodes building at once than this machine has memory for (a compiler takes about 1.5 GiB).",
         "    stack_ops_build_jobs: 1",
+        f"    stack_ops_build_nodes: {ops_build_nodes()}",
         "    ssh_mesh_cluster_name: local",
         "  children:",
     ]

@@ -73,10 +73,8 @@ pid:
   type: int
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import start_detached
 
 
 def main():
@@ -86,42 +84,10 @@ def main():
                                               log=dict(type="path", required=True),
                                               settle=dict(type="float", default=0.1)))
     p = module.params
-    env = dict(os.environ)
-    env.update(dict((str(k), str(v)) for k, v in p["environment"].items()))
-    if not p["argv"]:
-        module.fail_json(msg="argv is empty")
-    try:
-        log = os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except OSError as exc:
-        module.fail_json(msg="cannot open %s: %s" % (p["log"], exc))
-    pid = os.fork()
-    if pid == 0:  # the agent: a session of its own, its output in the log, nothing of Ansible's connection open
-        try:
-            os.setsid()
-            if p["chdir"]:
-                os.chdir(p["chdir"])
-            null = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(null, 0)
-            os.dup2(log, 1)
-            os.dup2(log, 2)
-            os.closerange(3, 65536)
-            os.execvpe(p["argv"][0], p["argv"], env)
-        except OSError as exc:
-            os.write(2, ("cannot start %s: %s\n" % (p["argv"][0], exc)).encode("utf-8", "replace"))
-        os._exit(127)
-    os.close(log)
-    deadline = time.time() + p["settle"]
-    status = None
-    while time.time() < deadline:
-        done, code = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = os.waitstatus_to_exitcode(code)
-            break
-        time.sleep(0.02)
-    if status is not None:
-        with open(p["log"], "rb") as fh:
-            tail = fh.read()[-2000:].decode("utf-8", "replace").strip().splitlines()[-5:]
-        module.fail_json(msg="the agent exited at once with code %s: %s" % (status, " | ".join(tail)), rc=status)
+    pid, problem = start_detached(p["argv"], p["log"], p["chdir"], p["environment"], p["settle"])
+    if problem is not None:
+        msg, rc = problem
+        module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
     module.exit_json(changed=True, pid=pid)
 
 

@@ -182,9 +182,8 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import DEFAULTS, parse_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
-    default_interface, meminfo_total_mb, port_state, read_versions, tracker_packages)
+    MASTER_PORT, default_interface, meminfo_total_mb, parse_env, port_state, read_versions, tracker_packages)
 
 
 def read_text(path):
@@ -235,7 +234,7 @@ def main():
         nvidia_smi=dict(type="str", default="nvidia-smi"),
         user=dict(type="str"),
         record=dict(type="path"),
-        port=dict(type="str", default=str(DEFAULTS["master_port"]))),
+        port=dict(type="str", default=str(MASTER_PORT))),
         supports_check_mode=True)
     params = module.params
     env, read = {}, []

@@ -45,6 +45,16 @@ options:
     description: Run the checks (C(false) - they ran in an earlier call of this run).
     type: bool
     default: true
+  agent:
+    description:
+      - Start this node's agent once the directory is written, as M(multinode.deepspeed.agent_start) would (the same
+        keys - V(argv), V(log), V(chdir), V(environment) - and V(node), the inventory name it is started for,
+        returned as RV(agent_node)), saving the launch one round trip.
+      - Not started when nothing is written (O(write=false), check mode) or when the job's workdir is not on the
+        shared directory yet (RV(workspace_present) false - the play copies it, then starts the agent).
+      - C(train.yml) passes it when nothing else has to happen on the nodes before the launcher starts (no preflight
+        to run, no secrets to install, no backend start step) and the node running it starts an agent over SSH.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -93,6 +103,14 @@ written:
   returned: always
   type: list
   elements: str
+agent_pid:
+  description: The process id of the agent O(agent) started.
+  returned: when it started the agent
+  type: int
+agent_node:
+  description: O(agent)'s V(node) - whose agent was started, so that the play starts the other nodes' only.
+  returned: when it started the agent
+  type: str
 """
 
 import json
@@ -103,6 +121,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import launcher_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import start_detached
 
 
 def lock_holder(job):
@@ -196,7 +215,8 @@ def write_file(path, text, mode=0o644):
 def main():
     module = AnsibleModule(argument_spec=dict(job=dict(type="dict", required=True),
                                               write=dict(type="bool", default=True),
-                                              check=dict(type="bool", default=True)),
+                                              check=dict(type="bool", default=True),
+                                              agent=dict(type="dict")),
                            supports_check_mode=True)
     job = module.params["job"]
     result = {"changed": False, "run_dir": job["run_dir"], "written": []}
@@ -242,7 +262,23 @@ def main():
         write_file(os.path.join(job["run_dir"], name), text, mode)
         result["written"].append(os.path.join(job["run_dir"], name))
     result["changed"] = True
+    agent = module.params["agent"]
+    if agent and (not job.get("workdir") or os.path.isfile(job["workdir"]["marker"])):
+        result.update(start_agent(module, agent))
     module.exit_json(**result)
+
+
+def start_agent(module, agent):
+    """Start the node's agent now that its run directory is there (``agent``: agent_start's options and ``node``)."""
+    argv = agent.get("argv") or []
+    if not isinstance(argv, list) or not agent.get("log") or not agent.get("node"):
+        module.fail_json(msg="agent needs argv (a list), log and node, got keys %s" % sorted(agent))
+    pid, problem = start_detached([str(a) for a in argv], str(agent["log"]), agent.get("chdir"),
+                                  agent.get("environment") or {}, float(agent.get("settle", 0.1)))
+    if problem is not None:
+        msg, rc = problem
+        module.fail_json(msg="%s (%s's agent)" % (msg, agent["node"]), **({} if rc is None else {"rc": rc}))
+    return {"agent_pid": pid, "agent_node": str(agent["node"])}
 
 
 if __name__ == "__main__":

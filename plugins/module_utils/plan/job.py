@@ -25,6 +25,7 @@ import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import MASTER_PORT
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.recovery import accumulation
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
@@ -34,7 +35,7 @@ DEFAULTS = {
     "model": "llama-tiny",
     "steps": 30,
     "backend": backends.DEFAULT,
-    "master_port": 29500,
+    "master_port": MASTER_PORT,
     "timeout": 3600,
     "startup_timeout": 300,
     "save_interval": 0,
@@ -111,17 +112,6 @@ def _switch(settings, key, problems, also=()):
     problems.append("%s=%s is not a yes/no value. Fix: -e %s=true or -e %s=false%s" % (
         key, value, key, key, "".join(" or -e %s=%s" % (key, w) for w in also)))
     return None
-
-
-def parse_env(text):
-    """``KEY=VALUE`` lines (the files provisioning writes: deepspeed_env, stack.env) -> dict; other lines
-    (blanks, comments, anything that is not a variable assignment) are skipped."""
-    out = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and ENV_KEY_RE.fullmatch(key):
-            out[key] = value
-    return out
 
 
 def host_list(value):

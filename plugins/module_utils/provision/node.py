@@ -20,6 +20,22 @@ import socket
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.tracking import MONITOR_PACKAGES
 
+# The rendezvous port a job's master listens on unless -e master_port says otherwise (node_facts checks it).
+MASTER_PORT = 29500
+_ENV_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def parse_env(text):
+    """``KEY=VALUE`` lines (the files provisioning writes: deepspeed_env, stack.env) -> dict; other lines
+    (blanks, comments, anything that is not a variable assignment) are skipped."""
+    out = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and _ENV_KEY_RE.fullmatch(key):
+            out[key] = value
+    return out
+
+
 # dist-info directory names: <name>-<version>.dist-info, the name normalised with '_' (PEP 427).
 DIST_INFO_RE = re.compile(r"^(?P<name>[A-Za-z0-9_.]+?)-(?P<version>[^-]+)\.dist-info$")
 VERSION_RE = re.compile(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", re.M)

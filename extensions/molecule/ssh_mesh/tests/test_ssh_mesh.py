@@ -1,6 +1,10 @@
 """The mesh really works, and holds no more than it needs: the run's non-root account with one uid everywhere; a
 private key only on the login node (the coordinator), authorized on every node from its addresses only; every node
 reachable from it over ssh with host key checking on, and no login from a worker to another node."""
+import os
+import subprocess
+from pathlib import Path
+
 NODES = {"mndsm-ssh-coord": "coord", "mndsm-ssh-worker1": "worker1", "mndsm-ssh-worker2": "worker2"}
 # podman exec straight into the nodes (much faster than an ansible run per command).
 testinfra_hosts = ["podman://%s" % name for name in NODES]
@@ -79,3 +83,19 @@ def test_pdsh_fans_out_from_the_coordinator(host):
     assert res.rc == 0, res.stderr
     got = sorted(line.split(": ", 1)[1] for line in res.stdout.splitlines())
     assert got == ["coord", "worker1", "worker2"]
+
+
+def test_a_node_that_failed_earlier_is_named_not_a_missing_host_key(host):
+    """A node that failed a task before the role: every other node's play names it and says to fix its error first
+    (it used to fail on an attribute of the failed node that was never read)."""
+    if not is_coord(host):
+        return
+    playbook = Path(__file__).resolve().parents[1] / "failed_node.yml"
+    proc = subprocess.run(["ansible-playbook", "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(playbook)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False)
+    flat = " ".join(proc.stdout.split())
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "mndsm-ssh-worker2: no host key read in this play" in flat, proc.stdout[-3000:]
+    assert "that node's error first" in flat and "HostVarsVars" not in flat
+    # The nodes left still hold their mesh.
+    assert host.run("su -s /bin/sh %s -c 'ssh -o BatchMode=yes mndsm-ssh-worker1 hostname'", USER).rc == 0

@@ -2,6 +2,7 @@
 import json
 import os
 import sys
+import time
 
 from ansible_collections.multinode.deepspeed.plugins.modules import run_prepare
 
@@ -183,3 +184,61 @@ def test_a_play_that_loses_the_lock_gives_its_claim_back(tmp_path, run_module):
     assert not os.path.exists(os.path.join(second["run_dir"], "control", "claim"))
     open(os.path.join(first["run_dir"], "control", "DONE"), "w").close()
     assert run_module(run_prepare, {"job": dict(second, run_token="tok-b2")})["changed"] is True
+
+
+def agent_of(job, script, node="coord"):
+    return {"node": node, "argv": [sys.executable, "-c", script], "chdir": job["run_dir"],
+            "log": os.path.join(job["run_dir"], "nodes", node + ".agent.log"), "environment": {"MARK": "m1"}}
+
+
+def stop(pid):
+    import signal  # pylint: disable=import-outside-toplevel
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def test_the_agent_starts_in_the_written_directory_in_the_same_call(tmp_path, run_module):
+    """The coordinator's agent starts once the directory is written: it finds its hostfile and its log's folder."""
+    job = make_job(tmp_path)
+    script = ("import os, time; print(os.path.isfile('hostfile'), os.environ['MARK'], flush=True); "
+              "time.sleep(30)")
+    res = run_module(run_prepare, {"job": job, "agent": agent_of(job, script)})
+    assert res.get("failed") is not True, res
+    try:
+        assert res["agent_node"] == "coord" and res["changed"] is True
+        os.kill(res["agent_pid"], 0)
+        log = os.path.join(job["run_dir"], "nodes", "coord.agent.log")
+        deadline = time.time() + 10
+        while time.time() < deadline and not open(log).read().strip():
+            time.sleep(0.05)
+        assert open(log).read().split() == ["True", "m1"]
+    finally:
+        stop(res["agent_pid"])
+
+
+def test_no_agent_without_a_directory_or_while_the_workdir_is_not_there(tmp_path, run_module):
+    job = make_job(tmp_path)
+    script = "import time; time.sleep(30)"
+    res = run_module(run_prepare, {"job": job, "write": False, "agent": agent_of(job, script)})
+    assert "agent_pid" not in res and not os.path.exists(job["run_dir"])
+    marker = tmp_path / "shared" / "workspaces" / "w1.json"
+    os.makedirs(marker.parent)
+    wd = dict(make_job(tmp_path, run_id="r2", run_dir=str(tmp_path / "shared" / "runs" / "r2")),
+              workdir={"dest": str(tmp_path / "shared" / "workspaces" / "w1"), "marker": str(marker),
+                       "root": str(tmp_path)})
+    res = run_module(run_prepare, {"job": wd, "agent": agent_of(wd, script)})
+    assert res.get("failed") is not True, res
+    assert res["workspace_present"] is False and "agent_pid" not in res
+    assert os.path.isfile(os.path.join(wd["run_dir"], "hostfile"))  # written: the play copies, then starts it
+
+
+def test_an_agent_that_exits_at_once_fails_the_call_naming_the_node(tmp_path, run_module):
+    job = make_job(tmp_path)
+    script = "import sys; sys.stderr.write('no launcher\\n'); sys.exit(4)"
+    agent = dict(agent_of(job, script), settle=5)
+    res = run_module(run_prepare, {"job": job, "agent": agent})
+    assert res["failed"] is True and res["rc"] == 4
+    assert "exited at once with code 4" in res["msg"] and "no launcher" in res["msg"] and "coord's agent" in res["msg"]

@@ -5,8 +5,8 @@ import re
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import (
-    DEFAULTS, JobError, host_list, parse_env, plan)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import DEFAULTS, JobError, host_list, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import parse_env
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
 NCCL_ENV = {"NCCL_IB_DISABLE": "1", "NCCL_SOCKET_IFNAME": "=eth0"}
