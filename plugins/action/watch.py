@@ -19,6 +19,8 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import MAX_BYTES as BUNDLE_BYTES
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk, abort_for_pods, abort_for_queue,
@@ -37,9 +39,12 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
                              "timeout", "stall_timeout", "startup_timeout", "queue_timeout", "status_retry",
-                             "status_timeout", "addresses", "lock", "follow"))
+                             "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes"))
 
     _status_timeout = 30.0
+    # The bundle of the latest status call (run_status's option bundle), kept out of the results.
+    _bundle = None
+    _bundle_skipped = None
 
     def _status(self, task_vars, **kw):
         """One run_status call on the coordinator, which must answer within status_timeout seconds (a hung mount
@@ -63,6 +68,7 @@ class ActionModule(ActionBase):
         if "exc" in box:
             raise StatusFailed("%s: %s" % (type(box["exc"]).__name__, box["exc"]))
         res = box["res"]
+        self._bundle, self._bundle_skipped = res.pop("bundle", None), res.pop("bundle_skipped", None)
         if res.get("unreachable"):
             raise StatusFailed("unreachable: %s" % res.get("msg"))
         if res.get("failed"):
@@ -177,6 +183,7 @@ class ActionModule(ActionBase):
         try:
             self._watch(task_vars, opts, follower, loop)
             finished = True
+            collected = self._collect(loop)
         except BaseException as exc:  # Ctrl-C on the controller included: stop the run everywhere.
             ignore_signals(previous)
             self._stop_everywhere(task_vars, follower, loop, interruption_reason(exc))
@@ -193,6 +200,7 @@ class ActionModule(ActionBase):
                 except Exception:  # pylint: disable=broad-except
                     pass  # a lock whose run's lease went stale is taken over by the next run
             restore_signals(previous)
+        result.update(collected)
         status = loop.status
         result.update(changed=True, status=loop.verdict, reason=loop.reason, nodes=status.get("nodes", {}),
                       lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
@@ -219,12 +227,15 @@ class ActionModule(ActionBase):
             if loop.fresh is not None:  # the done call's answer: judged as it is, no call of its own
                 status, loop.fresh, waited = loop.fresh, None, 1
             else:
-                status = self._poll(task_vars, opts, loop, **(dict(wait=waited, seen=loop.status.get("moment"))
+                status = self._poll(task_vars, opts, loop, **(dict(wait=waited, seen=loop.status.get("moment"),
+                                                                   **self._finish(opts, loop))
                                                               if waited else {}))
             if status is None:
                 loop.verdict, loop.gave_up = FAILED, True
                 display.display("[%s] %s" % (loop.host, loop.reason), color="red")
                 break
+            if status.get("finished_here"):  # the call wrote DONE and gave the lock back itself
+                loop.released = True
             loop.status = status
             if loop.switch is None and not loop.status.get("abort"):
                 loop.switch = self._dead_man_switch(self._task.args["run_dir"]) or False
@@ -235,8 +246,11 @@ class ActionModule(ActionBase):
                     display.display("[%s] stopping the run on every node: %s" % (loop.host, action[1]), color="red")
                 # A run that ended well gives its checkpoint lock back in the same call that writes DONE, and
                 # that call waits for the watchers' answers to it (their final beats), judged next without a call.
-                kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else []) \
-                    if action[0] == "abort" else dict(done=True, wait=opts["poll_interval"], **self._lock_release(loop))
+                if action[0] == "abort":
+                    kw = dict(abort=action[1], lost=list(action[2]) if len(action) > 2 else [])
+                else:
+                    kw = dict(done=True, wait=opts["poll_interval"], **self._lock_release(loop))
+                    kw.update(self._finish(opts, loop))
                 if len(action) > 3:
                     kw["cause"] = action[3]
                 status = self._poll(task_vars, opts, loop, **kw)
@@ -263,6 +277,22 @@ class ActionModule(ActionBase):
                 # watch on, unseen; stop the run as Ctrl-C does.
                 raise Interrupted("the controller's main process went away")
 
+    def _finish(self, opts, loop):
+        """A long poll's ``finish`` (and ``bundle``): run_status writes DONE by itself, and gives the run's checkpoint
+        lock back (once), as soon as the run ended well, then waits for the watchers' final heartbeats; and it
+        packs the run directory then, for the controller to unpack instead of a transfer of its own. None of it
+        once the run is stopping."""
+        if loop.status.get("abort") or loop.verdict in (STOPPING, FAILED):
+            return {}
+        lock = self._task.args.get("lock")
+        spec = {"nodes": opts["nodes"], "launchers": opts["launchers"], "world_size": opts["world_size"],
+                "release": lock if lock and not loop.released else None}
+        out = {"finish": spec}
+        size = int(self._task.args.get("bundle_bytes", BUNDLE_BYTES) or 0)
+        if self._task.args.get("collect_dir") and size > 0:
+            out["bundle"] = size
+        return out
+
     def _lock_release(self, loop):
         """The done call's ``release`` argument: the run's checkpoint lock, given back once."""
         lock = self._task.args.get("lock")
@@ -270,6 +300,27 @@ class ActionModule(ActionBase):
             return {}
         loop.released = True
         return {"release": lock}
+
+    def _collect(self, loop):
+        """A run that ended well, unpacked from the last call's bundle into ``collect_dir``: ``collected`` says
+        whether it was (else the play's collection copies it), ``collected_files`` how many files,
+        ``collect_note`` why not."""
+        dest = self._task.args.get("collect_dir")
+        if not dest:
+            return {"collected": False, "collected_files": 0, "collect_note": None}
+        if loop.verdict != SUCCESS or not self._bundle:
+            note = self._bundle_skipped if loop.verdict == SUCCESS else None
+            return {"collected": False, "collected_files": 0, "collect_note": note}
+        try:
+            limit = int(self._task.args.get("bundle_bytes", BUNDLE_BYTES))
+            files = unpack(self._bundle, os.path.expanduser(dest), limit)
+        except Exception as exc:  # pylint: disable=broad-except  # a bundle that cannot be unpacked: rsync copies
+            self._warn(loop, "watch: the run's files could not be unpacked into %s (%s); the play copies them"
+                       % (dest, exc))
+            return {"collected": False, "collected_files": 0, "collect_note": str(exc)}
+        finally:
+            self._bundle = None
+        return {"collected": True, "collected_files": files, "collect_note": None}
 
     def _judge(self, task_vars, opts, follower, loop, now):
         """This poll's verdict and reason (into ``loop``) and its action: the agents' records first, then the

@@ -119,7 +119,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import launcher_env
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import start_detached
 

@@ -73,6 +73,24 @@ options:
       - With O(abort), what brought the run down when it is not a rank or a node (a full disk); the abort record
         keeps it as C(cause) and the summary names it first.
     type: str
+  finish:
+    description:
+      - With O(wait), what the watch expects of a run that ends well - C(nodes) (every agent), C(launchers) (the
+        agents that run a launcher), C(world_size) (ranks that must write their done record, or null) and
+        C(release) (the run's checkpoint lock, or null). When, during the wait, every launcher finished with
+        exit code 0 and every rank wrote its done record (what the watch would judge a run that ended well), the
+        call writes C(control/DONE) and gives the lock back itself, instead of answering and waiting for the
+        watch's next call to do it.
+      - Once C(control/DONE) is there (written by this call or an earlier one), the call waits, up to O(wait)
+        seconds more, for every other agent's final heartbeat before it answers.
+    type: dict
+  bundle:
+    description:
+      - With O(finish), the most bytes of files to return as RV(bundle) once the run is done and every agent of
+        C(finish.nodes) wrote its final heartbeat; V(0) returns none. The watch unpacks it on the controller, so a
+        run that ended well needs no transfer of its own.
+    type: int
+    default: 0
 notes:
   - Creates C(control/) when it is missing. Reports C(changed) only when it wrote C(control/ABORT) or
     C(control/DONE), or gave back O(release); renewing the lease is not a change.
@@ -146,6 +164,21 @@ now:
   description: The node's clock when it read the files; the watch compares the heartbeats' times with it.
   returned: always
   type: float
+finished_here:
+  description: Whether this call wrote C(control/DONE) by itself (O(finish)).
+  returned: always
+  type: bool
+bundle:
+  description:
+    - The run directory as the collection copies it (every directory and regular file but C(checkpoints/) and
+      C(attempts/), with modes and times), compressed JSON in base64, when O(bundle) asked for it and the run is
+      done; null otherwise (RV(bundle_skipped) says why when it could not be made).
+  returned: always
+  type: str
+bundle_skipped:
+  description: Why O(bundle) was asked for and none came back (a symbolic link, too many bytes), or null.
+  returned: always
+  type: str
 moment:
   description:
     - What a long poll (O(wait)) compares - each agent's host, state and exit code, and whether C(ABORT) and
@@ -165,7 +198,9 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import rank_progress
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import pack
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
+    ended_well, rank_progress, watchers_finished)
 
 
 def _load(path):
@@ -200,6 +235,8 @@ def main():
             cause=dict(type="str"),
             wait=dict(type="float", default=0),
             seen=dict(type="raw"),
+            finish=dict(type="dict"),
+            bundle=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
@@ -212,30 +249,77 @@ def main():
     if p["release"] and not module.check_mode:
         changed = _release_lock(p["release"], run_dir) or changed
     nodes = _read_nodes(run_dir)
+    finish = _finish_spec(module, p["finish"])
+    finished_here = False
     if p["wait"] > 0 and not module.check_mode:
-        nodes = _wait_for_change(run_dir, control, nodes, p["wait"], p["seen"])
+        nodes, finished_here = _wait_for_change(run_dir, control, nodes, p["wait"], p["seen"], finish=finish)
     ranks, done = _read_ranks(run_dir)
     reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
-    module.exit_json(changed=changed, nodes=nodes, abort=_abort_record(control),
+    bundle, skipped = None, None
+    if p["bundle"] > 0 and finish and not module.check_mode and _all_done(control, nodes, finish):
+        bundle, skipped, _files = pack(run_dir, p["bundle"])
+    module.exit_json(changed=changed or finished_here, nodes=nodes, abort=_abort_record(control),
                      ranks=ranks, done_ranks=sorted(done), now=time.time(), logs_mtime=_logs_mtime(run_dir),
                      reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))),
-                     disk=_disk(run_dir), moment=_moment(control, nodes))
+                     disk=_disk(run_dir), moment=_moment(control, nodes), finished_here=finished_here,
+                     bundle=bundle, bundle_skipped=skipped)
 
 
-def _wait_for_change(run_dir, control, nodes, wait, seen=None, period=0.1):
-    """The agents' heartbeats once the run changed (see O(wait)) from ``seen`` or from now, or after ``wait``
-    seconds."""
+def _finish_spec(module, finish):
+    """O(finish), checked: lists of node names, a world size (or None), a lock path (or None)."""
+    if not finish:
+        return None
+    nodes, launchers = finish.get("nodes"), finish.get("launchers")
+    world = finish.get("world_size")
+    if not isinstance(nodes, list) or not isinstance(launchers, list) or not launchers \
+            or not set(launchers) <= set(nodes) or (world is not None and not str(world).isdigit()):
+        module.fail_json(msg="finish needs nodes (a list), launchers (a non-empty list of those nodes) and "
+                             "world_size (a whole number or null), got %r" % (finish,))
+    return {"nodes": [str(h) for h in nodes], "launchers": [str(h) for h in launchers],
+            "world_size": int(world) if world is not None else None, "release": finish.get("release") or None}
+
+
+def _all_done(control, nodes, finish):
+    """DONE is there and every agent of the run wrote its final heartbeat."""
+    return os.path.exists(os.path.join(control, "DONE")) and watchers_finished(nodes, finish["nodes"], [])
+
+
+def _finish_if_ended(run_dir, control, nodes, finish):
+    """Write DONE (and give the lock back) when the run ended well as the watch judges it; whether it did."""
+    if os.path.exists(os.path.join(control, "ABORT")) or os.path.exists(os.path.join(control, "DONE")):
+        return False
+    if not ended_well(nodes, finish["nodes"], finish["launchers"], [], None if finish["world_size"] is None else 0):
+        return False  # the launchers first: the ranks' records are read only once they all ended well
+    if not ended_well(nodes, finish["nodes"], finish["launchers"], _read_ranks(run_dir)[1], finish["world_size"]):
+        return False
+    _put(os.path.join(control, "DONE"), "%f\n" % time.time())
+    if finish["release"]:
+        _release_lock(finish["release"], run_dir)
+    return True
+
+
+def _wait_for_change(run_dir, control, nodes, wait, seen=None, period=0.1, finish=None):
+    """``(nodes, finished_here)``: the agents' heartbeats once the run changed (see O(wait)) from ``seen`` or from
+    now, or after ``wait`` seconds. With ``finish``: a run that ended well is marked DONE here (``finished_here``),
+    and once DONE is there the call waits for every agent's final heartbeat instead of the next change."""
+    finished_here = bool(finish) and _finish_if_ended(run_dir, control, nodes, finish)
     now = _moment(control, nodes)
     first = seen if seen is not None else now
-    if now != first:
-        return nodes
     deadline = time.time() + wait
-    while time.time() < deadline:
+    while True:
+        if finish and os.path.exists(os.path.join(control, "DONE")):
+            if _all_done(control, nodes, finish):
+                break
+        elif _moment(control, nodes) != first:
+            break
+        if time.time() >= deadline:
+            break
         time.sleep(min(period, max(0.0, deadline - time.time())))
         nodes = _read_nodes(run_dir)
-        if _moment(control, nodes) != first:
-            break
-    return nodes
+        if finish and not finished_here and _finish_if_ended(run_dir, control, nodes, finish):
+            finished_here = True
+            deadline = max(deadline, time.time() + wait)  # the watchers' final beats follow DONE at once
+    return nodes, finished_here
 
 
 def _moment(control, nodes):

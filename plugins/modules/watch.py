@@ -112,6 +112,20 @@ options:
       - On Ctrl-C, the watch deletes what the backend created (unless the plan keeps it), since the play's last
         steps do not run then.
     type: dict
+  collect_dir:
+    description:
+      - A directory on the controller. When the run ends well, the status call that sees its end also packs the
+        run directory (what C(train.yml)'s rsync would copy - every directory and regular file except
+        C(checkpoints/) and C(attempts/), with modes and times - up to O(bundle_bytes)), and the watch writes it
+        here; RV(collected) says whether it did. A run directory with a symbolic link or another special file,
+        more bytes than O(bundle_bytes), or a run that failed is not packed, and the play's collection copies it.
+      - Names are checked before anything is written (relative, no C(..)); no directory on the way may be a
+        symbolic link, and files are renamed into place (a link already there is replaced, never followed).
+    type: path
+  bundle_bytes:
+    description: The most bytes of files that O(collect_dir) takes from the status call; V(0) never packs.
+    type: int
+    default: 16777216
 notes:
   - 'The progress line reads C([<host>] step <n>/<total> | loss <loss> | <t> tok/s | <s> samples/s | eta <s>s |
     nodes: <host> <state> <age>s, ...), taken from the rank that is furthest behind, or C(starting | nodes: ...)
@@ -119,8 +133,10 @@ notes:
   - It also writes the abort record when an agent has not started within O(start_timeout), or when the launchers
     exited 0 but some of the O(world_size) ranks never finished. After an abort, from whoever wrote it, it waits until
     every node with a fresh heartbeat reports C(aborted) or C(finished), at most O(stop_timeout) seconds.
-  - It writes C(control/DONE) when every launcher has finished with exit code 0 (and all O(world_size) ranks
-    finished) while watch-only agents still run, so that they stop too.
+  - C(control/DONE) is written when every launcher has finished with exit code 0 (and all O(world_size) ranks
+    finished) while watch-only agents still run, so that they stop too - by the status call that sees it (its
+    long poll checks for it ten times a second), which then waits for the watchers' final heartbeats before it
+    answers, so the verdict needs no call of its own.
   - On Ctrl-C it writes the abort record, then lets the interrupt end the play. Besides the module call, a
     session of its own to the watched host (the dead man's switch) writes it as soon as the watch's process goes;
     it runs through the task's become (the run's user owns C(control/), the login user may not write there), and
@@ -195,6 +211,19 @@ unreachable:
     seconds (C(reason) says so); the run may then still be going there until its lease stops it.
   returned: always
   type: bool
+collected:
+  description: Whether the run's files were written into O(collect_dir) from the status call (see there).
+  returned: always
+  type: bool
+collected_files:
+  description: How many files were written into O(collect_dir) (0 when RV(collected) is false).
+  returned: always
+  type: int
+collect_note:
+  description: Why a run that ended well was not written into O(collect_dir) (a symbolic link in it, too many
+    bytes, a name refused), or null.
+  returned: always
+  type: str
 elapsed:
   description: Seconds the watch lasted.
   returned: always

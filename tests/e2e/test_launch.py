@@ -37,6 +37,34 @@ def test_tiny_llama_on_each_backend(provisioned, run_playbook, backend):
     assert summary["rank_logs"]["1"]["host"] == "worker2"
     for node in NODES:
         assert run_processes(node, run_id) == [], node
+    # A run that ended well came back with the watch's last status call: the play's rsync did not run, and the
+    # same files arrived as rsync would have copied (every one but the checkpoints, contents and modes).
+    assert re.search(r"TASK \[Collect logs, metrics[^\n]*unless the watch brought them[^\n]*\n(skipping: \[coord\]\n)",
+                     res.out), res.tail()
+    made_here = ("summary.json", "report.md", "plots/", "preflight.json", "preflight.txt")
+    local = dict((k, v) for k, v in files_of(run).items() if not k.startswith(made_here))
+    assert local == cluster_files(run_id) and "nodes/worker2.json" in local and "hostfile" in local
+
+
+def files_of(root):
+    """Every file under ``root``: relative path -> (mode, sha256)."""
+    import hashlib
+    return dict((str(p.relative_to(root)), (oct(p.stat().st_mode & 0o777),
+                                            hashlib.sha256(p.read_bytes()).hexdigest()))
+                for p in root.rglob("*") if p.is_file())
+
+
+def cluster_files(run_id):
+    """The run directory's files on the coordinator but its checkpoints: relative path -> (mode, sha256)."""
+    res = podman("exec", "mnds-coord", "sh", "-c", f"cd /shared/runs/{run_id} && find . -name checkpoints -prune "
+                 "-o -name attempts -prune -o -type f -printf '%m %p\\n' | while read -r m p; do "
+                 "printf '%s %s %s\\n' \"$m\" \"$(sha256sum \"$p\" | cut -d' ' -f1)\" \"${p#./}\"; done")
+    assert res.returncode == 0, res.stderr
+    out = {}
+    for line in res.stdout.splitlines():
+        mode, digest, path = line.split(" ", 2)
+        out[path] = (oct(int(mode, 8)), digest)
+    return out
 
 
 @pytest.mark.parametrize("backend", ["pdsh", "ssh-free"])

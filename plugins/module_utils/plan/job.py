@@ -56,9 +56,6 @@ PATH_RE = re.compile(r"/[A-Za-z0-9._+/-]*")
 # A host name (RFC 1123 labels): a node's address reaches DeepSpeed's --master_addr and the launcher's argv.
 HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}"
                          r"[A-Za-z0-9])?)*\.?")
-# A value DeepSpeed's pdsh runner can export as it is (its own test for values it leaves unquoted): the others only
-# reach the ranks through rank.env, read by multinode_ds.rank on each node, never through a shell.
-SHELL_SAFE_RE = re.compile(r"[\w@%+=:,./-]*")
 # Variables the run sets itself, and the ones DeepSpeed's launcher gives each rank: the user's must not replace them.
 RESERVED_ENV = re.compile(r"MULTINODE_DS_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_SIZE|CROSS_RANK|CROSS_SIZE|"
                           r"MASTER_ADDR|MASTER_PORT")
@@ -201,13 +198,6 @@ def secret_settings(job, settings, run_id, problems):
         problems.append("secret_env: %s is set by the run itself. Fix: leave it out" % key)
     job["secret_keys"] = sorted(str(k) for k in secrets)
     job["secret_file"] = "%s/secrets/runs/%s.json" % (job["home"], run_id)
-
-
-def launcher_env(env):
-    """The part of the ranks' environment that goes into ``.deepspeed_env``: DeepSpeed's pdsh runner pastes those
-    lines into one remote shell command (``export K=V; ...``), so only values it can pass as they are.  The
-    whole environment is ``rank.env``, which ``multinode_ds.rank`` reads on each node."""
-    return dict((k, v) for k, v in env.items() if SHELL_SAFE_RE.fullmatch(v))
 
 
 def batch(job):

@@ -66,11 +66,28 @@ def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start
             lost = sorted(set(range(world_size)) - done)
             reason = "the launchers exited 0 but ranks %s never finished" % ", ".join(map(str, lost))
             return STOPPING, reason, ("abort", reason)
-        watchers = [h for h in expected_nodes if h not in launchers]
-        if all(nodes[h].get("state") == "finished" for h in watchers):
+        if watchers_finished(nodes, expected_nodes, launchers):
             return SUCCESS, None, None
         return RUNNING, None, ("done", None)
     return RUNNING, None, None
+
+
+def ended_well(nodes, expected_nodes, launchers, done_ranks, world_size=None):
+    """Whether ``decide`` judges the run ended well (SUCCESS, or the ``done`` action that tells the watchers so)
+    from these heartbeats and done ranks, leaving out what only the controller knows (the clock of a heartbeat,
+    the backend's follower): every expected agent has beaten, every launcher finished with exit code 0, and every
+    rank wrote its done record.  ``run_status`` writes DONE by itself when this holds (its option ``finish``)."""
+    if not launchers or any(h not in nodes for h in expected_nodes):
+        return False
+    states = [nodes[h] or {} for h in launchers]
+    if not all(b.get("state") == "finished" and b.get("exit_code") in (0, None) for b in states):
+        return False
+    return world_size is None or len(set(done_ranks or [])) >= int(world_size)
+
+
+def watchers_finished(nodes, expected_nodes, launchers):
+    """Whether every agent that runs no launcher wrote its final heartbeat (``finished``)."""
+    return all((nodes.get(h) or {}).get("state") == "finished" for h in expected_nodes if h not in launchers)
 
 
 def watch_options(args):

@@ -68,7 +68,8 @@ def test_a_run_that_ends_well(shown):
     assert result["done_ranks"] == [0, 1] and result["follow"] is None
     # The lock goes back in the call that writes DONE, which waits for the watchers' final beats; the verdict
     # comes from its answer (no call of its own after it).
-    assert [c for c in run.calls if c] == [{"done": True, "wait": 0, "release": "/shared/locks/ckpt"}]
+    assert [c for c in run.calls if c] == [{"done": True, "wait": 0, "release": "/shared/locks/ckpt", "finish": {
+        "nodes": NODES, "launchers": ["coord"], "world_size": 2, "release": None}}]
     assert len(run.calls) == 3
     assert shown[0].startswith("[coord] starting | nodes: coord running 0s")
 
@@ -115,3 +116,47 @@ def test_a_full_disk_stops_the_run_and_is_named_before_what_it_caused(shown):
     aborts = [c for c in run.calls if c.get("abort")]
     assert aborts == [{"abort": result["cause"], "lost": [], "cause": result["cause"]}]
     assert any(line.startswith("[coord] stopping the run on every node: " + cause) for line in shown)
+
+
+def test_the_long_poll_that_sees_the_end_marks_it_done_and_brings_the_run_back(shown, tmp_path, monkeypatch):
+    """The status call writes DONE itself (finish), waits for the watchers, and packs the run directory: the watch
+    judges SUCCESS from its answer, makes no done call, gives the lock back no second time, and writes the files
+    into collect_dir (the play then copies nothing)."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import pack
+    run_dir = tmp_path / "cluster" / "r1"
+    (run_dir / "nodes").mkdir(parents=True)
+    (run_dir / "hostfile").write_text("w1 slots=1\n")
+    (run_dir / "nodes" / "coord.json").write_text('{"state": "finished"}')
+    calls = []
+
+    def module_call(module_name, module_args, task_vars):
+        calls.append(dict(module_args))
+        assert module_name == "multinode.deepspeed.run_status"
+        if len(calls) == 1:
+            return {"nodes": dict((h, beat()) for h in NODES), "abort": None, "ranks": {}, "done_ranks": [],
+                    "now": time.time(), "moment": [1]}
+        done = dict((h, beat("finished", role="launcher" if h == "coord" else "watcher", exit_code=0))
+                    for h in NODES)
+        return {"nodes": done, "abort": None, "ranks": {}, "done_ranks": [0, 1], "now": time.time(), "moment": [2],
+                "finished_here": True, "bundle": pack(str(run_dir), module_args["bundle"])[0],
+                "bundle_skipped": None}
+
+    module = plugin(None, poll_interval=0.01, collect_dir=str(tmp_path / "controller" / "r1"))
+    del module._status
+    monkeypatch.setattr(module, "_execute_module", module_call)
+    result = module.run(task_vars={"inventory_hostname": "coord"})
+    assert result["status"] == "success" and result["collected"] is True and result["collected_files"] == 2
+    assert (tmp_path / "controller" / "r1" / "hostfile").read_text() == "w1 slots=1\n"
+    assert "bundle" not in result and "bundle" not in str(result.get("nodes"))
+    assert len(calls) == 2 and not any(c.get("done") for c in calls)
+    assert calls[1]["finish"] == {"nodes": NODES, "launchers": ["coord"], "world_size": 2,
+                                  "release": "/shared/locks/ckpt"}
+    assert calls[1]["bundle"] == 16 * 1024 * 1024 and calls[1]["wait"] == 0.01
+
+
+def test_a_failed_run_is_not_unpacked_and_says_nothing_of_it(shown, tmp_path):
+    failed = {"state": "finished", "role": "launcher", "exit_code": 3}
+    run = Run([poll(coord=failed)])
+    result = plugin(run, collect_dir=str(tmp_path / "c")).run(task_vars={"inventory_hostname": "coord"})
+    assert result["status"] == "failed" and result["collected"] is False and result["collect_note"] is None
+    assert not (tmp_path / "c").exists()

@@ -3,6 +3,8 @@ the agents' heartbeats and the ranks' metrics."""
 import json
 import os
 
+import pytest
+
 from ansible_collections.multinode.deepspeed.plugins.modules import run_status
 
 
@@ -169,3 +171,107 @@ def test_a_long_poll_does_not_wait_through_a_change_the_caller_has_not_seen(tmp_
     t0 = time.monotonic()
     res = run_module(run_status, {"run_dir": str(d), "wait": 10, "seen": seen})
     assert time.monotonic() - t0 < 5 and res["nodes"]["w1"]["state"] == "finished" and res["moment"] != seen
+
+
+def ended(tmp_path, launcher_code=0, done_ranks=(0, 1), watchers="running"):
+    """A run whose launcher (coord) ended with ``launcher_code``, ranks ``done_ranks`` wrote done, watchers w1/w2."""
+    d = tmp_path / "runs" / "r1"
+    (d / "nodes").mkdir(parents=True)
+    (d / "metrics").mkdir()
+    (d / "nodes" / "coord.json").write_text(json.dumps({"host": "coord", "state": "finished", "role": "launcher",
+                                                        "exit_code": launcher_code, "time": 5.0}))
+    for host in ("w1", "w2"):
+        (d / "nodes" / (host + ".json")).write_text(json.dumps({"host": host, "state": watchers, "time": 5.0}))
+    for rank in (0, 1):
+        recs = [{"event": "step", "step": 1}] + ([{"event": "done", "rank": rank}] if rank in done_ranks else [])
+        (d / "metrics" / ("rank%d.jsonl" % rank)).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (d / "hostfile").write_text("w1 slots=1\nw2 slots=1\n")
+    return d
+
+
+FINISH = {"nodes": ["coord", "w1", "w2"], "launchers": ["coord"], "world_size": 2}
+
+
+def watchers_answer(d, after=0.2):
+    """The watchers' agents: their final heartbeat once they see DONE (as multinode_ds.agent does)."""
+    import threading
+    import time
+
+    def answer():
+        deadline = time.time() + 5
+        while not (d / "control" / "DONE").exists() and time.time() < deadline:
+            time.sleep(0.02)
+        time.sleep(after)
+        for host in ("w1", "w2"):
+            (d / "nodes" / ".tmp").write_text(json.dumps({"host": host, "state": "finished", "time": 6.0}))
+            os.replace(d / "nodes" / ".tmp", d / "nodes" / (host + ".json"))
+    worker = threading.Thread(target=answer)
+    worker.start()
+    return worker
+
+
+def test_a_run_that_ended_well_is_marked_done_in_the_long_poll_that_sees_it(tmp_path, run_module):
+    import time
+    d = ended(tmp_path)
+    lock = tmp_path / "lock"
+    lock.write_text(json.dumps({"run_id": "r1"}))
+    worker = watchers_answer(d)
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 5, "finish": dict(FINISH, release=str(lock)),
+                                  "bundle": 1 << 20})
+    worker.join()
+    # DONE written by the call, the lock given back, and the answer waited for the watchers' final beats.
+    assert res["finished_here"] is True and res["changed"] is True and (d / "control" / "DONE").exists()
+    assert not lock.exists() and time.monotonic() - t0 < 4
+    assert all(b["state"] == "finished" for b in res["nodes"].values())
+    # The run directory comes back with it, as the collection would copy it.
+    assert res["bundle_skipped"] is None and res["bundle"]
+    dest = tmp_path / "controller"
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
+    unpack(res["bundle"], str(dest))
+    assert (dest / "hostfile").read_text() == "w1 slots=1\nw2 slots=1\n"
+    assert json.loads((dest / "nodes" / "w2.json").read_text())["state"] == "finished"
+    assert (dest / "control" / "DONE").exists()
+
+
+@pytest.mark.parametrize("case", ["launcher failed", "a rank never finished", "aborted", "no finish asked"])
+def test_no_done_for_a_run_that_did_not_end_well(tmp_path, run_module, case):
+    d = ended(tmp_path, launcher_code=1 if case == "launcher failed" else 0,
+              done_ranks=(0,) if case == "a rank never finished" else (0, 1))
+    if case == "aborted":
+        (d / "control").mkdir()
+        (d / "control" / "ABORT").write_text('{"reason": "x"}')
+    args = {"run_dir": str(d), "wait": 0.3, "bundle": 1 << 20}
+    if case != "no finish asked":
+        args["finish"] = FINISH
+    res = run_module(run_status, args)
+    assert res["finished_here"] is False and not (d / "control" / "DONE").exists()
+    assert res["bundle"] is None and res["bundle_skipped"] is None
+
+
+def test_a_run_the_collection_must_copy_is_not_packed(tmp_path, run_module):
+    d = ended(tmp_path, watchers="finished")
+    os.symlink("/etc/passwd", d / "passwd")
+    res = run_module(run_status, {"run_dir": str(d), "wait": 1, "finish": FINISH, "bundle": 1 << 20})
+    assert res["finished_here"] is True and res["bundle"] is None
+    assert res["bundle_skipped"] == "passwd is not a regular file"
+
+
+def test_the_done_call_waits_for_every_watcher_not_the_first_change(tmp_path, run_module):
+    d = ended(tmp_path)
+    lock = tmp_path / "lock"
+    lock.write_text(json.dumps({"run_id": "r1"}))
+    # w1 answers at once, w2 a moment later: one answer with both.
+    (d / "nodes" / "w1.json").write_text(json.dumps({"host": "w1", "state": "finished", "time": 6.0}))
+    worker = watchers_answer(d, after=0.3)
+    res = run_module(run_status, {"run_dir": str(d), "done": True, "wait": 5, "release": str(lock),
+                                  "finish": FINISH, "bundle": 1 << 20})
+    worker.join()
+    assert res["changed"] is True and res["finished_here"] is False and not lock.exists()
+    assert res["nodes"]["w2"]["state"] == "finished" and res["bundle"]
+
+
+def test_a_bad_finish_is_refused(tmp_path, run_module):
+    d = ended(tmp_path)
+    res = run_module(run_status, {"run_dir": str(d), "wait": 0.1, "finish": {"nodes": ["w1"], "launchers": ["coord"]}})
+    assert res["failed"] and "finish needs nodes" in res["msg"]

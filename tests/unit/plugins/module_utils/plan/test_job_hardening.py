@@ -5,7 +5,8 @@ import datetime
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import (
-    JobError, address_problems, checkpoint_dir, launcher_env, plan, start_timeouts)
+    JobError, address_problems, checkpoint_dir, plan, start_timeouts)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 
 NOW = datetime.datetime(2026, 11, 25, 7, 0, 0)
 

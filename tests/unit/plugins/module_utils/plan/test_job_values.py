@@ -6,7 +6,8 @@ import json
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, launcher_env, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
 WORKERS = {"worker1": {"slots": 1, "gpus": 0, "address": "10.89.0.11", "memtotal_mb": 4096, "interface": "eth0",

@@ -1,5 +1,6 @@
 import os
 import signal
+import time
 
 import pytest
 
@@ -124,3 +125,27 @@ def test_a_quiet_node_that_cannot_be_reached_during_an_abort_is_not_waited_for()
     # Without the probe the stop waits for its heartbeat to go stale (20 s); unreachable, it is gone now.
     assert watch.decide(status, nodes, ["coord"], 100.0)[0] == watch.STOPPING
     assert watch.decide(status, nodes, ["coord"], 100.0, gone=["worker2"])[0] == watch.FAILED
+
+
+def _ended_cases():
+    launcher = {"state": "finished", "role": "launcher", "exit_code": 0}
+    watcher = {"state": "running", "role": "watcher"}
+    yield {"coord": launcher, "w1": watcher, "w2": watcher}, [0, 1], True
+    yield {"coord": launcher, "w1": dict(watcher, state="finished"), "w2": dict(watcher, state="finished")}, [0, 1], True
+    yield {"coord": dict(launcher, exit_code=None), "w1": watcher, "w2": watcher}, [0, 1], True
+    yield {"coord": dict(launcher, exit_code=2), "w1": watcher, "w2": watcher}, [0, 1], False
+    yield {"coord": dict(launcher, state="running"), "w1": watcher, "w2": watcher}, [0, 1], False
+    yield {"coord": launcher, "w1": watcher, "w2": watcher}, [0], False
+    yield {"coord": launcher, "w1": watcher}, [0, 1], False
+
+
+def test_what_run_status_calls_ended_well_is_what_the_watch_judges_a_good_end():
+    """run_status writes DONE by itself (ended_well) exactly when the watch's own verdict would end the run well."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import ended_well
+    now = time.time()
+    for nodes, done, want in _ended_cases():
+        beats = dict((h, dict(b, time=now)) for h, b in nodes.items())
+        assert ended_well(beats, ["coord", "w1", "w2"], ["coord"], done, 2) is want
+        verdict, _reason, action = watch.decide({"nodes": beats, "abort": None, "done_ranks": done},
+                                                ["coord", "w1", "w2"], ["coord"], now, world_size=2)
+        assert (verdict == watch.SUCCESS or action == ("done", None)) is want
