@@ -246,3 +246,28 @@ def test_a_node_lost_under_slurm_is_drained_and_the_run_goes_on_without_it(slurm
     finally:
         if "drain" in _sinfo("worker2")[0] or "down" in _sinfo("worker2")[0]:
             on_coord("scontrol update nodename=worker2 state=resume")
+
+
+def test_a_node_given_back_that_slurm_does_not_hear_from_stops_the_play_before_the_run(slurm, run_playbook):
+    """-e unquarantine= resumes a node a run drained, then waits until Slurm hears from it: a node whose slurmd is
+    gone stays IDLE* (not responding) and the play stops naming it, before the run's directory is written."""
+    run_id = f"e2e-slurm-mute-{int(time.time())}"
+    podman("exec", "mnds-worker2", "pkill", "-x", "slurmd")
+    try:
+        on_coord(f"scontrol update nodename=worker2 state=down reason='multinode-deepspeed: lost in run {run_id}'")
+        res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=5", "-e", f"run_id={run_id}",
+                           "-e", "preflight=false", "-e", "unquarantine=worker2", "-e", "backend_slurm_resume_wait=3",
+                           name="slurm-mute")
+        flat = " ".join(res.out.split())
+        assert res.rc != 0 and "Slurm does not hear from worker2 idle*" in flat, res.tail()
+        assert "Fix: start slurmd there" in flat
+        assert on_coord(f"test -e /shared/runs/{run_id}").returncode != 0
+    finally:
+        podman("exec", "mnds-worker2", "/etc/init.d/slurmd", "start")
+        on_coord("scontrol update nodename=worker2 state=resume")
+        for _try in range(60):
+            if sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split()) == ["worker1|idle", "worker2|idle"]:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail("worker2 did not come back idle")
