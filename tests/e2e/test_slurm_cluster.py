@@ -170,12 +170,7 @@ def test_a_node_slurm_marks_down_is_named_as_the_cause(slurm, run_playbook):
     flat = " ".join(res.out.split())
     assert "node worker2 is DOWN" in flat and "e2e-maintenance" in flat, res.tail()
     assert nothing_left(run_id) == {}
-    for _try in range(30):
-        if sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split()) == ["worker1|idle", "worker2|idle"]:
-            break
-        time.sleep(1)
-    else:
-        pytest.fail("worker2 did not come back idle")
+    wait_both_idle(30)
 
 
 def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_playbook):
@@ -198,6 +193,15 @@ def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_p
     assert sacct_state(job_id, 120) == "COMPLETED"
     steps = on_coord(f"grep -c '\"event\": \"step\"' /shared/runs/{run_id}/metrics/rank1.jsonl").stdout.strip()
     assert steps == "8"
+
+
+def wait_both_idle(seconds):
+    """Wait until Slurm has both workers idle again (after a test set worker2 down)."""
+    for _try in range(seconds):
+        if sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split()) == ["worker1|idle", "worker2|idle"]:
+            return
+        time.sleep(1)
+    pytest.fail("worker2 did not come back idle")
 
 
 def _sinfo(node):
@@ -265,9 +269,4 @@ def test_a_node_given_back_that_slurm_does_not_hear_from_stops_the_play_before_t
     finally:
         podman("exec", "mnds-worker2", "/etc/init.d/slurmd", "start")
         on_coord("scontrol update nodename=worker2 state=resume")
-        for _try in range(60):
-            if sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split()) == ["worker1|idle", "worker2|idle"]:
-                break
-            time.sleep(1)
-        else:
-            pytest.fail("worker2 did not come back idle")
+        wait_both_idle(60)
