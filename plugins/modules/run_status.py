@@ -288,9 +288,11 @@ def _finish_if_ended(run_dir, control, nodes, finish):
     """Write DONE (and give the lock back) when the run ended well as the watch judges it; whether it did."""
     if os.path.exists(os.path.join(control, "ABORT")) or os.path.exists(os.path.join(control, "DONE")):
         return False
-    if not ended_well(nodes, finish["nodes"], finish["launchers"], [], None if finish["world_size"] is None else 0):
-        return False  # the launchers first: the ranks' records are read only once they all ended well
-    if not ended_well(nodes, finish["nodes"], finish["launchers"], _read_ranks(run_dir)[1], finish["world_size"]):
+    # The launchers first: the ranks' records are read only once they all ended well.
+    if not ended_well(nodes, finish["nodes"], finish["launchers"], [], None):
+        return False
+    if finish["world_size"] is not None and not ended_well(nodes, finish["nodes"], finish["launchers"],
+                                                           _read_ranks(run_dir)[1], finish["world_size"]):
         return False
     _put(os.path.join(control, "DONE"), "%f\n" % time.time())
     if finish["release"]:
