@@ -52,6 +52,10 @@ def pytest_collection_finish(session):
     _start_molecule(session, e2e)
     if e2e and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
         _early().start()
+    # The Kubernetes tests' control plane, compiled the first time: in the background at the lowest priority.
+    if any(item.get_closest_marker("k8s") is not None for item in session.items) \
+            and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
+        _early().k8s_build_start()
 
 
 def _start_molecule(session, e2e):

@@ -127,7 +127,13 @@ KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
 
 
 def k8s_local(*args, timeout=1200):
-    """scripts/k8s-local (the local Kubernetes control plane and node)."""
+    """scripts/k8s-local (the local Kubernetes control plane and node); ``build`` waits for the one the session
+    started early (tests/e2e/early.py), when there is one."""
+    if args == ("build",):
+        import early  # pylint: disable=import-outside-toplevel
+        res = early.k8s_build(timeout)
+        if res is not None:
+            return res
     return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
 
 

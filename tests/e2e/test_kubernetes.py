@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from e2e_nodes import KUBECONFIG, K8S, k8s_exists, k8s_local, k8s_read, on_coord, start_train
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 # The pods here are placed but never run (no kubelet): an image name no registry serves, its check off.
 IMAGE = ["-e", "k8s_image=mnds-node:local", "-e", "k8s_image_check=false"]
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ import pytest
 from e2e_nodes import K8S, KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
 from early import run_playbook
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 ROOT = Path(__file__).resolve().parents[2]
 NODE_PROCESSES = ("containerd", "containerd-shim", "kubelet")
 
