@@ -55,7 +55,7 @@ bench-slurm:
 	$(BIN)/python scripts/bench_launch.py --slurm --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch-slurm.json
 
 bench-launch:
-	$(BIN)/python scripts/bench_launch.py --rounds $(or $(ROUNDS),5)
+	$(BIN)/python scripts/bench_launch.py --ssh-free --rounds $(or $(ROUNDS),5)
 
 # What -e workdir adds to a launch whose content is on the cluster already (target: at most 1 s), 5 rounds.
 bench-workdir:

@@ -14,6 +14,13 @@ one rank each):
   force      ansible-playbook train.yml -e preflight=force (the full preflight, every time)
   mitogen    (with --mitogen DIR) no-pf under Mitogen's mitogen_linear strategy
 
+With --ssh-free, also:
+
+  bare-nossh on every worker at once, by hand: deepspeed --hostfile H --no_ssh --node_rank <i> ... (DeepSpeed's
+             launch without SSH between nodes, what a user of it types), the same environment
+  ssh-free   ansible-playbook train.yml -e backend=ssh-free (a passing preflight reused: an untimed
+             -e preflight=force run records it before the first round)
+
 With --slurm (a cluster provisioned with site.yml -e slurm=true), instead:
 
   srun       on the coordinator: srun --nodes=2 --ntasks-per-node=1 --exclusive --kill-on-bad-exit=1
@@ -84,25 +91,61 @@ def first_step_time(metrics: str) -> float | None:
     return None
 
 
-def bare(run_id: str, steps: int, model: str) -> dict:
-    """DeepSpeed's own launcher with pdsh, run by hand on the coordinator."""
-    hosts = workers()
-    run_dir = f"{SHARED}/runs/{run_id}"
+def prepare_bare(run_dir: str, hosts: list) -> None:
+    """The run's directory, its hostfile and its .deepspeed_env (with the job's NCCL/gloo settings that
+    provisioning wrote), as a user would make them, before the launcher is timed."""
     env_lines = ["DS_ACCELERATOR=cpu", "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1",
                  f"PATH={VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                  "TORCH_EXTENSIONS_DIR=/opt/multinode-deepspeed/torch_extensions"]
-    # The run's directory, its hostfile and its .deepspeed_env (with the job's NCCL/gloo settings that
-    # provisioning wrote), as a user would make them; then the launcher, timed from here.
     prep = (f"mkdir -p {run_dir}/logs && cd {run_dir} && "
             + "printf '%s\\n' " + " ".join(shlex.quote(f"{h[0]} slots=1") for h in hosts) + " > hostfile && "
             + "{ printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)
             + "; grep -E '^[A-Za-z_][A-Za-z0-9_]*=' /etc/multinode-deepspeed/deepspeed_env || true; } > .deepspeed_env")
     podman_exec(COORD, prep)
+
+
+def bare(run_id: str, steps: int, model: str) -> dict:
+    """DeepSpeed's own launcher with pdsh, run by hand on the coordinator."""
+    hosts = workers()
+    run_dir = f"{SHARED}/runs/{run_id}"
+    prepare_bare(run_dir, hosts)
     cmd = (f"cd {run_dir} && {VENV}/bin/deepspeed --hostfile {run_dir}/hostfile --master_addr {hosts[0][1]} "
            f"--master_port 29500 --launcher pdsh --force_multi --module multinode_ds.train "
            f"--model {shlex.quote(model)} --run-dir {run_dir} --steps {int(steps)} "
            f"--checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher.log 2>&1")
     return timed_on_coord(cmd, run_dir, "launcher.log", "bare deepspeed")
+
+
+def bare_nossh(run_id: str, steps: int, model: str) -> dict:
+    """DeepSpeed without SSH between nodes, by hand: ``deepspeed --no_ssh --node_rank <i>`` on every worker at once
+    (the runner reads no .deepspeed_env then: the shell exports it)."""
+    hosts = workers()
+    run_dir = f"{SHARED}/runs/{run_id}"
+    prepare_bare(run_dir, hosts)
+    env = dict(os.environ, CONTAINERS_CONF=str(CONF))
+    try:
+        t0 = time.time()
+        procs = []
+        for i, (name, _addr) in enumerate(hosts):
+            cmd = (f"cd {run_dir} && set -a && . ./.deepspeed_env && set +a && {VENV}/bin/deepspeed --hostfile "
+                   f"{run_dir}/hostfile --no_ssh --node_rank {i} --master_addr {hosts[0][1]} --master_port 29500 "
+                   f"--module multinode_ds.train --model {shlex.quote(model)} --run-dir {run_dir} "
+                   f"--steps {int(steps)} --checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher-{i}.log 2>&1")
+            procs.append(subprocess.Popen(["podman", "exec", "--user", RUN_USER, "--workdir", "/tmp", f"mnds-{name}",
+                                           "sh", "-c", cmd], env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        errors = [p.communicate()[1] for p in procs]
+        wall = time.time() - t0
+        rcs = [p.returncode for p in procs]
+        if any(rcs):
+            tail = podman_exec(COORD, f"tail -20 {run_dir}/launcher-*.log", check=False).stdout
+            raise SystemExit(f"[bench-launch] bare deepspeed --no_ssh failed (rc={rcs}):\n{tail}\n{''.join(errors)}")
+        first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
+    finally:
+        podman_exec(COORD, f"rm -rf {run_dir}", check=False)
+    if first is None:
+        raise SystemExit("[bench-launch] bare deepspeed --no_ssh finished without a step record from rank 0")
+    return {"first_step_s": first - t0, "wall_s": wall}
 
 
 def timed_on_coord(cmd: str, run_dir: str, log: str, what: str) -> dict:
@@ -170,6 +213,9 @@ def main(argv=None) -> int:
     p.add_argument("--mitogen", metavar="DIR",
                    help="also run train.yml -e preflight=false under Mitogen's strategy (kind 'mitogen'), from an "
                         "unpacked mitogen wheel in DIR (pip download mitogen; unzip)")
+    p.add_argument("--ssh-free", action="store_true",
+                   help="also DeepSpeed without SSH by hand and train.yml -e backend=ssh-free (kinds bare-nossh, "
+                        "ssh-free)")
     p.add_argument("--slurm", action="store_true",
                    help="the slurm backend against srun by hand (kinds srun, slurm, slurm-pf)")
     args = p.parse_args(argv)
@@ -186,6 +232,12 @@ def main(argv=None) -> int:
                  "slurm": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm",
                                                                              "-e", "preflight=false"]),
                  "slurm-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm"])}
+    if args.ssh_free and not args.slurm:
+        kinds["bare-nossh"] = lambda rid: bare_nossh(rid, args.steps, args.model)
+        kinds["ssh-free"] = lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=ssh-free"])
+        # The pass that ssh-free's rounds reuse (its job differs from pdsh's: no SSH to check), not timed.
+        playbook(f"bench-launch-{time.strftime('%Y%m%d-%H%M%S')}-ssh-free-preflight", args.steps, args.model,
+                 ["-e", "backend=ssh-free", "-e", "preflight=force"])
     if args.mitogen:
         kinds["mitogen"] = lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"],
                                                 mitogen=args.mitogen)
@@ -218,6 +270,14 @@ def main(argv=None) -> int:
         lo_w, hi_w = spread[kind]["wall_s"]
         print(f"{kind:8s}{m['first_step_s']:16.2f}{f'{lo_f:.2f}-{hi_f:.2f}':>14s}{m['wall_s']:10.2f}"
               f"{f'{lo_w:.2f}-{hi_w:.2f}':>14s}")
+    if "bare-nossh" in results and "ssh-free" in results:
+        own = dict((m, [r[m] / b[m] for r, b in zip(results["ssh-free"], results["bare-nossh"])])
+                   for m in ("first_step_s", "wall_s"))
+        paired["ssh-free/bare-nossh"] = dict((m, statistics.median(v)) for m, v in own.items())
+        spread["ssh-free/bare-nossh"] = dict((m, (min(v), max(v))) for m, v in own.items())
+        print(f"ssh-free against bare-nossh: first step {paired['ssh-free/bare-nossh']['first_step_s']:.2f} "
+              f"({own['first_step_s'] and min(own['first_step_s']):.2f}-{max(own['first_step_s']):.2f}), whole "
+              f"{paired['ssh-free/bare-nossh']['wall_s']:.2f} ({min(own['wall_s']):.2f}-{max(own['wall_s']):.2f})")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rounds": results, "medians": med, "model": args.model, "steps": args.steps,

@@ -25,6 +25,10 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
+import json
+from collections import OrderedDict
+
 
 class BackendError(ValueError):
     """An unknown backend; the message lists the known ones."""
@@ -50,7 +54,7 @@ class Part(object):
 class Ranks(Part):
     """Where the ranks run: the nodes that start a launcher, the nodes that run an agent, the SSH the launch needs."""
 
-    # A launcher on every rank node (DeepSpeed's --no_ssh), or one on the coordinator.
+    # A launcher on every rank node (DeepSpeed's per-node launch.py), or one on the coordinator.
     launcher_per_node = True
     # The launcher logs in to every node over SSH, and the ranks start in that login (its limits: memlock).
     over_ssh = False
@@ -105,17 +109,28 @@ class Options(Part):
 class Start(Part):
     """How the ranks start: the launcher's argv, more files of the run directory, whether the play starts the run."""
 
-    # DeepSpeed's launcher that reaches every node from one (``--launcher <it> --force_multi``), or None: a launcher
-    # on every rank node (``--no_ssh --node_rank <i>``).
+    # DeepSpeed's launcher that reaches every node from one (``--launcher <it> --force_multi``), or None: DeepSpeed's
+    # per-node launcher on every rank node (``node_launch_argv``).
     launcher = None
 
     def argv(self, job, node):
         """The launcher's argv on ``node``: DeepSpeed's, whose program is ``rank_program`` (never ``job["program"]``)."""
         if self.launcher:
-            where = ["--launcher", self.launcher, "--force_multi"]
-        else:
-            where = ["--no_ssh", "--node_rank", str(list(job["rank_hosts"]).index(node))]
-        return self.deepspeed_argv(job) + where + self.rank_program(job)
+            return self.deepspeed_argv(job) + ["--launcher", self.launcher, "--force_multi"] + self.rank_program(job)
+        return self.node_launch_argv(job, node) + self.rank_program(job)
+
+    @staticmethod
+    def node_launch_argv(job, node):
+        """DeepSpeed's per-node launcher, ``deepspeed.launcher.launch``, for ``node``: what ``deepspeed --hostfile H
+        --no_ssh --node_rank <i>`` starts, with the same arguments, without that runner in front of it.  With
+        ``--no_ssh`` the runner only turns the hostfile into ``--world_info`` (and reads no ``.deepspeed_env``), yet
+        it is a Python start of its own that imports DeepSpeed and torch first: 1.5 s before every node's launcher
+        here.  ``launch.py`` then starts the node's ranks, gives them their variables and stops them, as it does
+        under the runner."""
+        return [job["venv"] + "/bin/python", "-u", "-m", "deepspeed.launcher.launch",
+                "--world_info", world_info(job), "--node_rank", str(list(job["rank_hosts"]).index(node)),
+                "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
+                "--enable_each_rank_log", job["run_dir"] + "/logs"]
 
     def files(self, job):
         """More files of the run directory (path under it -> text), written with the hostfile."""
@@ -130,7 +145,8 @@ class Start(Part):
 
     @staticmethod
     def deepspeed_argv(job):
-        """What every DeepSpeed launch of the job shares: hostfile, master, per-rank logs."""
+        """DeepSpeed's runner (``deepspeed``) for a launcher that reaches every node from one: the hostfile, the
+        master, the per-rank logs."""
         return [job["venv"] + "/bin/deepspeed", "--hostfile", job["run_dir"] + "/hostfile",
                 "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
                 "--enable_each_rank_log", job["run_dir"] + "/logs"]
@@ -141,6 +157,13 @@ class Start(Part):
         (``program.json``) and the environment (``rank.env``, the secrets) from files, so that no value of the
         user's passes through a shell (DeepSpeed's pdsh runner pastes its command line into one)."""
         return ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
+
+
+def world_info(job):
+    """DeepSpeed's ``--world_info``: the rank hosts in the hostfile's order, each with its local slot indices, as
+    URL-safe base64 of JSON (the runner's ``encode_world_info`` of its parsed hostfile)."""
+    info = OrderedDict((host, list(range(int(job["slots"][host])))) for host in job["rank_hosts"])
+    return base64.urlsafe_b64encode(json.dumps(info).encode("utf-8")).decode("ascii")
 
 
 class Tasks(Part):

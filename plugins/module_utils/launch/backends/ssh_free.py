@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""ssh-free: Ansible starts DeepSpeed on every rank node (--no_ssh --node_rank); no SSH between nodes."""
+"""ssh-free: Ansible starts DeepSpeed's per-node launcher on every rank node (``deepspeed.launcher.launch --node_rank
+<i>``, what ``deepspeed --no_ssh`` runs); no SSH between nodes."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -11,6 +12,6 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import 
 
 
 class SshFreeBackend(backends.Backend):
-    """Every part's defaults: a launcher on every rank node (``--no_ssh --node_rank``), started by the play."""
+    """Every part's defaults: DeepSpeed's per-node launcher on every rank node, started by the play."""
     NAME = "ssh-free"
     DESCRIPTION = "Ansible starts every node, no SSH between nodes"

@@ -5,10 +5,18 @@ import pytest
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 
 JOB = {"coordinators": ["c1"], "rank_hosts": ["a", "b"], "venv": "/v", "run_dir": "/r/1", "timeout": 60,
-       "master_addr": "10.0.0.1", "master_port": 29500}
+       "master_addr": "10.0.0.1", "master_port": 29500, "slots": {"a": 1, "b": 2}}
 DEEPSPEED = ["/v/bin/deepspeed", "--hostfile", "/r/1/hostfile", "--master_addr", "10.0.0.1", "--master_port", "29500",
              "--enable_each_rank_log", "/r/1/logs"]
 RANK = ["--module", "multinode_ds.rank", "--run-dir", "/r/1"]
+# {"a": [0], "b": [0, 1]} as DeepSpeed's runner encodes it.
+WORLD = "eyJhIjogWzBdLCAiYiI6IFswLCAxXX0="
+
+
+def launch_py(node_rank):
+    return ["/v/bin/python", "-u", "-m", "deepspeed.launcher.launch", "--world_info", WORLD, "--node_rank",
+            str(node_rank), "--master_addr", "10.0.0.1", "--master_port", "29500", "--enable_each_rank_log",
+            "/r/1/logs"]
 AGENT = ["/v/bin/python", "-m", "multinode_ds.agent", "--run-dir", "/r/1", "--host"]
 
 
@@ -43,9 +51,9 @@ def test_ssh_targets_group_the_pairs_by_source():
     assert Pairs().ssh_targets(JOB) == {"c1": ["a", "b"], "a": ["a"]}
 
 
-def test_start_argv_without_a_launcher_is_deepspeed_on_each_node():
+def test_start_argv_without_a_launcher_is_deepspeeds_node_launcher_on_each_node():
     start = backends.Start()
-    assert start.argv(JOB, "b") == DEEPSPEED + ["--no_ssh", "--node_rank", "1"] + RANK
+    assert start.argv(JOB, "b") == launch_py(1) + RANK
     assert start.files(JOB) == {} and start.now(JOB) is True and start.handoff(JOB) is None
 
 
@@ -78,7 +86,7 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
                             "ranks_over_ssh", "ssh_agents", "stop", "checks", "files", "start", "handoff", "tasks",
                             "recover", "reuse_lost", "follow", "probe_nodes", "extra"]
     assert launch["name"] == "plain" and launch["launchers"] == ["a", "b"] and launch["stop"] == "lease"
-    assert launch["argv"]["a"] == DEEPSPEED + ["--no_ssh", "--node_rank", "0"] + RANK
+    assert launch["argv"]["a"] == launch_py(0) + RANK
     assert launch["agent_argv"]["b"] == AGENT + ["b", "--max-time", "60", "--"] + launch["argv"]["b"]
     assert (launch["checks"], launch["tasks"], launch["follow"], launch["extra"]) == (None, None, None, {})
 
@@ -94,3 +102,16 @@ def test_every_backends_settings_are_read_by_the_action():
     names = backends.setting_names()
     assert names == sorted(names) and {"slurm_partition", "k8s_namespace"} <= set(names)
     assert all(set(b.options.defaults) <= set(names) for b in backends.REGISTRY.values())
+
+
+def test_the_world_info_is_what_deepspeeds_runner_makes_of_the_hostfile(tmp_path):
+    """What ``deepspeed --hostfile H --no_ssh`` would give launch.py: DeepSpeed's own functions on the same hostfile."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    job = dict(JOB, rank_hosts=["worker2", "worker10", "worker1"], slots={"worker1": 2, "worker2": 1, "worker10": 4})
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("".join("%s slots=%d\n" % (h, job["slots"][h]) for h in job["rank_hosts"]))
+    pool = runner.fetch_hostfile(str(hostfile))
+    expected = runner.encode_world_info(runner.parse_inclusion_exclusion(pool, "", ""))
+    assert backends.world_info(job) == expected
+    argv = backends.Start().argv(job, "worker1")
+    assert argv[argv.index("--world_info") + 1] == expected and argv[argv.index("--node_rank") + 1] == "2"

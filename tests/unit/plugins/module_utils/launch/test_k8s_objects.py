@@ -104,7 +104,7 @@ def test_the_backend_plans_pods_with_their_agents_and_pod_zero_as_master():
     assert launch["launchers"] == ["worker1", "worker2"]
     argv = launch["argv"]["worker2"]
     assert argv[argv.index("--master_addr") + 1] == "mnds-r5-0.mnds-r5.train.svc.cluster.local"
-    assert argv[argv.index("--node_rank") + 1] == "1" and "--no_ssh" in argv
+    assert argv[argv.index("--node_rank") + 1] == "1" and "deepspeed.launcher.launch" in argv
     agents = _json.loads(launch["files"]["k8s/agents.json"])
     assert len(agents) == 2 and agents[1][agents[1].index("--host") + 1] == "worker2"
     objects = _json.loads(launch["files"]["k8s/objects.json"])

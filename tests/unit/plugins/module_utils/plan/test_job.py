@@ -62,8 +62,9 @@ def test_ssh_free_backend_starts_every_rank_node():
     job = plan({"backend": "ssh-free", "entrypoint": "/shared/user/train.py"}, WORKERS, ["coord"], NOW)
     launch = job["launch"]
     assert launch["launchers"] == ["worker1", "worker2"] and launch["agents"] == ["worker1", "worker2"]
-    assert launch["argv"]["worker2"][-7:] == ["--no_ssh", "--node_rank", "1", "--module", "multinode_ds.rank",
-                                              "--run-dir", job["run_dir"]]
+    argv = launch["argv"]["worker2"]
+    assert argv[1:4] == ["-u", "-m", "deepspeed.launcher.launch"] and argv[argv.index("--node_rank") + 1] == "1"
+    assert argv[-4:] == ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
     assert launch["ssh_pairs"] == [] and launch["ranks_over_ssh"] is False
     assert job["metrics"] is False and job["program"] == ["/shared/user/train.py"]
 
