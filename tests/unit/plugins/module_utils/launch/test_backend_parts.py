@@ -17,6 +17,8 @@ def launch_py(node_rank):
     return ["/v/bin/python", "-u", "-m", "deepspeed.launcher.launch", "--world_info", WORLD, "--node_rank",
             str(node_rank), "--master_addr", "10.0.0.1", "--master_port", "29500", "--enable_each_rank_log",
             "/r/1/logs"]
+
+
 AGENT = ["/v/bin/python", "-m", "multinode_ds.agent", "--run-dir", "/r/1", "--host"]
 
 
