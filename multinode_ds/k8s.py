@@ -4,8 +4,9 @@
 
 The pod's ordinal (the suffix of its name ``<name>-<ordinal>``, ``MULTINODE_DS_POD`` from the downward API) is DeepSpeed's node
 rank.  The pod runs that node's agent with the argv the job plan gave it (``D/k8s/agents.json``, one argv per
-ordinal, written by ``run_prepare``): the agent starts DeepSpeed's per-node launcher (``deepspeed.launcher.launch --node_rank <ordinal>``) with pod 0's
-stable name as the master, beats, and stops the node's ranks on the run's ABORT, as on any other backend.
+ordinal, written by ``run_prepare``): the agent starts DeepSpeed's per-node launcher
+(``deepspeed.launcher.launch --node_rank <ordinal>``) with pod 0's stable name as the master, beats, and stops the
+node's ranks on the run's ABORT, as on any other backend.
 
 The pod's environment carries the run's marker (``MULTINODE_DS_RUN_ID``), by which an agent finds the run's
 processes (it waits for them to end, and stops them on an abort).  The pod's first process is not one of them:

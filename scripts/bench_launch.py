@@ -113,7 +113,7 @@ def bare(run_id: str, steps: int, model: str) -> dict:
            f"--master_port 29500 --launcher pdsh --force_multi --module multinode_ds.train "
            f"--model {shlex.quote(model)} --run-dir {run_dir} --steps {int(steps)} "
            f"--checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher.log 2>&1")
-    return timed_on_coord(cmd, run_dir, "launcher.log", "bare deepspeed")
+    return timed_on([(COORD, cmd)], run_dir, "launcher.log", "bare deepspeed")
 
 
 def bare_nossh(run_id: str, steps: int, model: str) -> dict:
@@ -122,41 +122,30 @@ def bare_nossh(run_id: str, steps: int, model: str) -> dict:
     hosts = workers()
     run_dir = f"{SHARED}/runs/{run_id}"
     prepare_bare(run_dir, hosts)
+    commands = [(f"mnds-{name}",
+                 f"cd {run_dir} && set -a && . ./.deepspeed_env && set +a && {VENV}/bin/deepspeed --hostfile "
+                 f"{run_dir}/hostfile --no_ssh --node_rank {i} --master_addr {hosts[0][1]} --master_port 29500 "
+                 f"--module multinode_ds.train --model {shlex.quote(model)} --run-dir {run_dir} "
+                 f"--steps {int(steps)} --checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher-{i}.log 2>&1")
+                for i, (name, _addr) in enumerate(hosts)]
+    return timed_on(commands, run_dir, "launcher-*.log", "bare deepspeed --no_ssh")
+
+
+def timed_on(commands: list, run_dir: str, log: str, what: str) -> dict:
+    """Run every ``(container, cmd)`` at once; seconds to rank 0's first step and until the last one ended; the run
+    directory goes."""
     env = dict(os.environ, CONTAINERS_CONF=str(CONF))
     try:
         t0 = time.time()
-        procs = []
-        for i, (name, _addr) in enumerate(hosts):
-            cmd = (f"cd {run_dir} && set -a && . ./.deepspeed_env && set +a && {VENV}/bin/deepspeed --hostfile "
-                   f"{run_dir}/hostfile --no_ssh --node_rank {i} --master_addr {hosts[0][1]} --master_port 29500 "
-                   f"--module multinode_ds.train --model {shlex.quote(model)} --run-dir {run_dir} "
-                   f"--steps {int(steps)} --checkpoint-dir {run_dir}/checkpoints > {run_dir}/launcher-{i}.log 2>&1")
-            procs.append(subprocess.Popen(["podman", "exec", "--user", RUN_USER, "--workdir", "/tmp", f"mnds-{name}",
-                                           "sh", "-c", cmd], env=env, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True))
+        procs = [subprocess.Popen(["podman", "exec", "--user", RUN_USER, "--workdir", "/tmp", container, "sh", "-c",
+                                   cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                 for container, cmd in commands]
         errors = [p.communicate()[1] for p in procs]
         wall = time.time() - t0
         rcs = [p.returncode for p in procs]
         if any(rcs):
-            tail = podman_exec(COORD, f"tail -20 {run_dir}/launcher-*.log", check=False).stdout
-            raise SystemExit(f"[bench-launch] bare deepspeed --no_ssh failed (rc={rcs}):\n{tail}\n{''.join(errors)}")
-        first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
-    finally:
-        podman_exec(COORD, f"rm -rf {run_dir}", check=False)
-    if first is None:
-        raise SystemExit("[bench-launch] bare deepspeed --no_ssh finished without a step record from rank 0")
-    return {"first_step_s": first - t0, "wall_s": wall}
-
-
-def timed_on_coord(cmd: str, run_dir: str, log: str, what: str) -> dict:
-    """Run ``cmd`` on the coordinator; seconds to rank 0's first step and in all; the run directory goes."""
-    try:
-        t0 = time.time()
-        res = podman_exec(COORD, cmd, check=False)
-        wall = time.time() - t0
-        if res.returncode != 0:
             tail = podman_exec(COORD, f"tail -20 {run_dir}/{log}", check=False).stdout
-            raise SystemExit(f"[bench-launch] {what} failed (rc={res.returncode}):\n{tail}")
+            raise SystemExit(f"[bench-launch] {what} failed (rc={rcs}):\n{tail}\n{''.join(errors)}")
         first = first_step_time(podman_exec(COORD, f"cat {run_dir}/metrics/rank0.jsonl").stdout)
     finally:
         podman_exec(COORD, f"rm -rf {run_dir}", check=False)
@@ -181,7 +170,7 @@ def srun(run_id: str, steps: int, model: str) -> dict:
     cmd = (f"cd {run_dir} && srun --nodes={len(hosts)} --ntasks-per-node=1 --nodelist="
            f"{','.join(h[0] for h in hosts)} --exclusive --kill-on-bad-exit=1 --job-name=bench-srun "
            f"bash -c {shlex.quote(rank)} > {run_dir}/srun.log 2>&1")
-    return timed_on_coord(cmd, run_dir, "srun.log", "srun")
+    return timed_on([(COORD, cmd)], run_dir, "srun.log", "srun")
 
 
 def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:

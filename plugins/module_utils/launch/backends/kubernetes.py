@@ -5,8 +5,8 @@
 the controller with kubernetes.core.k8s; the Service owns the pods and the run's Secret.
 
 Where ranks start: one pod per rank host of the plan; the pod's ordinal is DeepSpeed's node rank, its agent
-starts DeepSpeed's per-node launcher (``deepspeed.launcher.launch --node_rank <ordinal>``) with pod 0's stable DNS name as the master
-(``multinode_ds.k8s pod``).  The play starts no agent over SSH.
+starts DeepSpeed's per-node launcher (``deepspeed.launcher.launch --node_rank <ordinal>``) with pod 0's stable DNS
+name as the master (``multinode_ds.k8s pod``).  The play starts no agent over SSH.
 What watches them: the agents' heartbeats on the shared directory (the pods mount it), and the pods' status from
 the API (``follower``: a pod that cannot be scheduled, cannot start, restarts or whose node stops reporting
 stops the run at once, naming it).
