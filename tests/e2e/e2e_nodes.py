@@ -127,14 +127,16 @@ KUBECONFIG = ROOT / ".cache" / "k8s" / "admin.kubeconfig"
 
 
 def k8s_local(*args, timeout=1200):
-    """scripts/k8s-local (the local Kubernetes control plane and node); ``build`` waits for the one the session
-    started early (tests/e2e/early.py), when there is one."""
-    if args == ("build",):
-        import early  # pylint: disable=import-outside-toplevel
-        res = early.k8s_build(timeout)
-        if res is not None:
-            return res
+    """scripts/k8s-local (the local Kubernetes control plane and node)."""
     return subprocess.run([str(K8S), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def k8s_build(timeout=1200):
+    """The control plane's binaries: the build the session started early (tests/e2e/early.py) once it ended, else
+    ``scripts/k8s-local build`` now (cached: it returns at once)."""
+    import early  # pylint: disable=import-outside-toplevel
+    res = early.k8s_build(timeout)
+    return res if res is not None else k8s_local("build", timeout=timeout)
 
 
 def k8s_read(call, *args):

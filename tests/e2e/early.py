@@ -108,17 +108,18 @@ def _idle_cgroup():
     """IDLE_CGROUP, made with the least weight (cpu.shares 2), or None where this machine does not allow it."""
     try:
         IDLE_CGROUP.mkdir(exist_ok=True)
-        (IDLE_CGROUP / "cpu.shares").write_text("2")
-        return IDLE_CGROUP
     except OSError:
         return None
+    return IDLE_CGROUP if _weight(IDLE_CGROUP, 2) else None
 
 
 def _weight(cgroup, shares):
+    """Set ``cgroup``'s cpu.shares; False where it cannot be set."""
     try:
         (cgroup / "cpu.shares").write_text(str(shares))
+        return True
     except OSError:
-        pass
+        return False
 
 
 def k8s_build_start():

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import KUBECONFIG, K8S, k8s_exists, k8s_local, k8s_read, on_coord, start_train
+from e2e_nodes import KUBECONFIG, K8S, k8s_build, k8s_exists, k8s_local, k8s_read, on_coord, start_train
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 # The pods here are placed but never run (no kubelet): an image name no registry serves, its check off.
@@ -30,7 +30,7 @@ CUDA = ["-e", "deepspeed_accelerator=cuda", "-e", "deepspeed_gpu_count=2", "-e",
 def api(provisioned):
     """The control plane, built once (cached in .cache/k8s/bin) and started for this module."""
     t0 = time.time()
-    res = k8s_local("build")
+    res = k8s_build()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     print(f"k8s-local build: {time.time() - t0:.0f}s ({res.stdout.strip().splitlines()[-1:]})")
     res = k8s_local("up", timeout=120)

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_nodes import K8S, KUBECONFIG, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
+from e2e_nodes import K8S, KUBECONFIG, k8s_build, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
 from early import run_playbook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
@@ -116,7 +116,7 @@ def registry(provisioned, tmp_path_factory):
 def node(registry):
     """The control plane and a real node on this machine; the node pulls the stack's image from the registry."""
     assert not node_processes(), "a containerd or kubelet is already running: %s" % node_processes()
-    res = k8s_local("build")
+    res = k8s_build()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     res = k8s_local("up", timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
