@@ -111,9 +111,10 @@ def _pgid(pid: int):
 def kill_all(run_id: str, own: set, pgid: int | None, grace: float = 3.0, launcher_signal=signal.SIGTERM) -> None:
     """SIGTERM the run's processes on this node, SIGKILL what is left after ``grace``.
 
-    ``launcher_signal``: what the launcher's process group gets first.  SIGKILL for DeepSpeed's pdsh launcher:
-    its SIGTERM handler runs ``pkill -f 'python -u -m deepspeed.launcher.launch'`` on every node, which kills
-    every run's launchers there, not only this run's (each node's agent stops this run's ranks by its marker)."""
+    ``launcher_signal``: what the launcher's process group gets first.  SIGKILL for a launcher whose own SIGTERM
+    handler reaches beyond this run: DeepSpeed's runner with pdsh (``deepspeed --launcher pdsh``) runs ``pkill -f
+    'python -u -m deepspeed.launcher.launch'`` on every node, every run's launchers (each node's agent stops this
+    run's ranks by its marker)."""
     def signal_all(sig, group_sig):
         if pgid:
             try:
@@ -438,8 +439,9 @@ def parse_args(argv=None):
                    help="a watcher (no CMD) waits this long for the run's processes to end by themselves after an "
                         "abort (a scheduler's cancel), then kills what is left")
     p.add_argument("--stop-signal", default="TERM", choices=["TERM", "INT", "KILL"],
-                   help="the first signal to the launcher's process group when the run stops (KILL for "
-                        "DeepSpeed's pdsh launcher, whose SIGTERM handler pkills every run's launchers)")
+                   help="the first signal to the launcher's process group when the run stops (KILL for a "
+                        "launcher whose SIGTERM handler reaches beyond this run, as DeepSpeed's runner with pdsh "
+                        "pkills every run's launchers)")
     p.add_argument("--io-patience", type=float, default=30.0,
                    help="seconds the run's files may keep failing (disk full, stale NFS handle, I/O error) before "
                         "the agent stops this node's ranks and exits")

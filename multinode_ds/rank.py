@@ -7,7 +7,7 @@ DeepSpeed's launcher (``launch.py``, on every rank's node) starts this module in
 * ``D/program.json`` -- the program's argv after DeepSpeed's options (``["--module", "multinode_ds.train", ...]``
   for the bundled trainer, ``["/path/script.py", ARGS...]`` for a user's script), written by ``run_prepare``;
 * ``D/rank.env`` -- the ranks' whole environment, ``KEY=VALUE`` lines, exactly as planned (``.deepspeed_env``
-  holds only the values DeepSpeed's pdsh runner can paste into its remote shell command as they are);
+  holds only the values a shell reads as they are: with pdsh, each node's shell sources it);
 * the run's secrets, when ``MULTINODE_DS_SECRET_ENV`` names them: a node-local JSON object, mode 0600, that the
   play wrote and the node's agent removes when the run ends;
 

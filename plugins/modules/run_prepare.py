@@ -28,8 +28,8 @@ description:
   - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
     hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), the DeepSpeed config the
     ranks read (C(job.ds_config), the user's C(-e ds_config) with the trackers' monitor sections), C(rank.env) (the
-    ranks' whole environment, mode 0600), the C(.deepspeed_env) DeepSpeed's launcher exports (only the values its pdsh
-    runner can paste into a remote shell as they are; mode 0600) and the controller's lease (C(control/lease)) the
+    ranks' whole environment, mode 0600), the C(.deepspeed_env) each node's shell exports before DeepSpeed's launcher
+    starts (with pdsh; only the values a shell reads as they are; mode 0600) and the controller's lease (C(control/lease)) the
     agents watch.
   - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result. C(train.yml) runs
     it on the coordinator (C(run_once), as the run's user) - with O(write=false) when a preflight runs first, then

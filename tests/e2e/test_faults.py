@@ -99,7 +99,7 @@ def test_two_runs_side_by_side_neither_kills_the_other(provisioned, run_playbook
             "-e", f"run_id={b_id}", "-e", "preflight=false", name="side-b")))
         t.start()
         assert when_step(b_id, 3, lambda: None), "run B never started"
-        os.killpg(proc.pid, signal.SIGINT)  # A stops: DeepSpeed's pdsh runner must not pkill B's launchers
+        os.killpg(proc.pid, signal.SIGINT)  # A stops: stopping A's pdsh must not stop B's launchers
         proc.wait(timeout=60)
         t.join()
     finally:

@@ -73,12 +73,25 @@ def backend_names():
     return out
 
 
+def code_lines(path):
+    """The lines of a Python file that hold code: not blank, not a comment, not part of a docstring."""
+    text = path.read_text()
+    docs = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            docs.update(range(body[0].lineno, body[0].end_lineno + 1))
+    return [line for n, line in enumerate(text.splitlines(), 1)
+            if n not in docs and line.strip() and not line.strip().startswith("#")]
+
+
 def test_the_local_backends_are_a_few_lines():
     names = backend_names()
     assert {"pdsh", "ssh-free", "slurm", "kubernetes"} <= set(names)
     for name in ("pdsh", "ssh-free"):
-        lines = len(names[name].read_text().splitlines())
-        assert lines <= 30, "%s is %d lines" % (names[name].relative_to(ROOT), lines)
+        lines = len(code_lines(names[name]))
+        assert lines <= 30, "%s is %d lines of code" % (names[name].relative_to(ROOT), lines)
 
 
 def test_no_backend_name_is_compared_outside_its_file():

@@ -36,15 +36,16 @@ def parse_env(text):
     return out
 
 
-# A value DeepSpeed's pdsh runner can export as it is (its own test for values it leaves unquoted): the others only
+# A value a shell reads as it is (DeepSpeed's runner's own test for values it leaves unquoted): the others only
 # reach the ranks through rank.env, read by multinode_ds.rank on each node, never through a shell.
 SHELL_SAFE_RE = re.compile(r"[\w@%+=:,./-]*")
 
 
 def launcher_env(env):
-    """The part of the ranks' environment that goes into ``.deepspeed_env``: DeepSpeed's pdsh runner pastes those
-    lines into one remote shell command (``export K=V; ...``), so only values it can pass as they are.  The
-    whole environment is ``rank.env``, which ``multinode_ds.rank`` reads on each node."""
+    """The part of the ranks' environment that goes into ``.deepspeed_env``: with pdsh each node's shell sources
+    that file before DeepSpeed's launcher starts (as DeepSpeed's runner would paste its lines into that shell), so
+    only values a shell reads as they are.  The whole environment is ``rank.env``, which ``multinode_ds.rank``
+    reads on each node."""
     return dict((k, v) for k, v in env.items() if SHELL_SAFE_RE.fullmatch(v))
 
 

@@ -109,14 +109,9 @@ class Options(Part):
 class Start(Part):
     """How the ranks start: the launcher's argv, more files of the run directory, whether the play starts the run."""
 
-    # DeepSpeed's launcher that reaches every node from one (``--launcher <it> --force_multi``), or None: DeepSpeed's
-    # per-node launcher on every rank node (``node_launch_argv``).
-    launcher = None
-
     def argv(self, job, node):
-        """The launcher's argv on ``node``: DeepSpeed's, whose program is ``rank_program`` (never ``job["program"]``)."""
-        if self.launcher:
-            return self.deepspeed_argv(job) + ["--launcher", self.launcher, "--force_multi"] + self.rank_program(job)
+        """The launcher's argv on ``node``: by default DeepSpeed's per-node launcher (``node_launch_argv``), whose
+        program is ``rank_program`` (never ``job["program"]``)."""
         return self.node_launch_argv(job, node) + self.rank_program(job)
 
     @staticmethod
@@ -127,10 +122,7 @@ class Start(Part):
         it is a Python start of its own that imports DeepSpeed and torch first: 1.5 s before every node's launcher
         here.  ``launch.py`` then starts the node's ranks, gives them their variables and stops them, as it does
         under the runner."""
-        return [job["venv"] + "/bin/python", "-u", "-m", "deepspeed.launcher.launch",
-                "--world_info", world_info(job), "--node_rank", str(list(job["rank_hosts"]).index(node)),
-                "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
-                "--enable_each_rank_log", job["run_dir"] + "/logs"]
+        return launch_argv(job, str(list(job["rank_hosts"]).index(node)))
 
     def files(self, job):
         """More files of the run directory (path under it -> text), written with the hostfile."""
@@ -144,19 +136,23 @@ class Start(Part):
         return None
 
     @staticmethod
-    def deepspeed_argv(job):
-        """DeepSpeed's runner (``deepspeed``) for a launcher that reaches every node from one: the hostfile, the
-        master, the per-rank logs."""
-        return [job["venv"] + "/bin/deepspeed", "--hostfile", job["run_dir"] + "/hostfile",
-                "--master_addr", job["master_addr"], "--master_port", str(job["master_port"]),
-                "--enable_each_rank_log", job["run_dir"] + "/logs"]
-
-    @staticmethod
     def rank_program(job):
         """What DeepSpeed's launcher starts on each rank: ``multinode_ds.rank``, which reads the program
         (``program.json``) and the environment (``rank.env``, the secrets) from files, so that no value of the
         user's passes through a shell (DeepSpeed's pdsh runner pastes its command line into one)."""
         return ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
+
+
+def launch_argv(job, node_rank, sep=None):
+    """``deepspeed.launcher.launch`` with the job's world, master and per-rank logs, as node ``node_rank`` (a
+    number, or pdsh's ``%n``); ``sep="="``: each option and its value as one word (``--node_rank=%n``), as
+    DeepSpeed's pdsh runner writes them."""
+    options = [("--world_info", world_info(job)), ("--node_rank", node_rank), ("--master_addr", job["master_addr"]),
+               ("--master_port", str(job["master_port"])), ("--enable_each_rank_log", job["run_dir"] + "/logs")]
+    argv = [job["venv"] + "/bin/python", "-u", "-m", "deepspeed.launcher.launch"]
+    for name, value in options:
+        argv += [name + sep + value] if sep else [name, value]
+    return argv
 
 
 def world_info(job):

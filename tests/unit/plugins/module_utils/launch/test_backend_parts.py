@@ -1,13 +1,19 @@
 """A backend's parts (backends/__init__.py): each part's defaults, what a keyword argument changes, and what
 ``describe`` makes of them."""
+import json
+import os
+import subprocess
+import sys
+from collections import OrderedDict
+
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import pdsh
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 
 JOB = {"coordinators": ["c1"], "rank_hosts": ["a", "b"], "venv": "/v", "run_dir": "/r/1", "timeout": 60,
        "master_addr": "10.0.0.1", "master_port": 29500, "slots": {"a": 1, "b": 2}}
-DEEPSPEED = ["/v/bin/deepspeed", "--hostfile", "/r/1/hostfile", "--master_addr", "10.0.0.1", "--master_port", "29500",
-             "--enable_each_rank_log", "/r/1/logs"]
 RANK = ["--module", "multinode_ds.rank", "--run-dir", "/r/1"]
 # {"a": [0], "b": [0, 1]} as DeepSpeed's runner encodes it.
 WORLD = "eyJhIjogWzBdLCAiYiI6IFswLCAxXX0="
@@ -59,11 +65,6 @@ def test_start_argv_without_a_launcher_is_deepspeeds_node_launcher_on_each_node(
     assert start.files(JOB) == {} and start.now(JOB) is True and start.handoff(JOB) is None
 
 
-def test_start_argv_with_a_launcher_reaches_every_node_from_one():
-    assert backends.Start(launcher="mylauncher").argv(JOB, "c1") == \
-        DEEPSPEED + ["--launcher", "mylauncher", "--force_multi"] + RANK
-
-
 def test_stop_gives_the_agent_its_signal_only_with_a_launch_and_its_sweep_only_without():
     assert backends.Stop().agent_argv(JOB, "a", ["x"]) == AGENT + ["a", "--max-time", "60", "--", "x"]
     assert backends.Stop().agent_argv(JOB, "b", None) == AGENT + ["b", "--max-time", "60"]
@@ -94,10 +95,10 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
 
 
 def test_what_preflight_and_the_watch_ask_a_backend_comes_from_its_parts():
-    pdsh = backends.get(backends.DEFAULT)
-    assert pdsh.ranks_over_ssh is pdsh.ranks.over_ssh is True
-    assert pdsh.ssh_pairs(JOB) == pdsh.ranks.ssh_pairs(JOB) == [("c1", "c1"), ("c1", "a"), ("c1", "b")]
-    assert pdsh.follower({}) is None
+    default = backends.get(backends.DEFAULT)
+    assert default.ranks_over_ssh is default.ranks.over_ssh is True
+    assert default.ssh_pairs(JOB) == default.ranks.ssh_pairs(JOB) == [("c1", "c1"), ("c1", "a"), ("c1", "b")]
+    assert default.follower({}) is None
 
 
 def test_every_backends_settings_are_read_by_the_action():
@@ -117,3 +118,77 @@ def test_the_world_info_is_what_deepspeeds_runner_makes_of_the_hostfile(tmp_path
     assert backends.world_info(job) == expected
     argv = backends.Start().argv(job, "worker1")
     assert argv[argv.index("--world_info") + 1] == expected and argv[argv.index("--node_rank") + 1] == "2"
+
+
+# A stand-in for the venv's python on a rank node: it prints its arguments and environment, as JSON.
+FAKE_PYTHON = """#!%s
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}))
+""" % sys.executable
+
+
+def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path, monkeypatch):
+    """The pdsh backend's command against DeepSpeed's own ``PDSHRunner.get_cmd`` for the same hostfile, master,
+    logs, program and .deepspeed_env: the same pdsh options, and on a node (both commands run by ``sh -c`` as pdsh's
+    remote shell would, ``%n`` replaced by the node's index) the same directory, launch.py arguments and variables."""
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    multinode_runner = pytest.importorskip("deepspeed.launcher.multinode_runner")
+    launch = pytest.importorskip("deepspeed.launcher.launch")
+    run_dir, venv = tmp_path / "run-1", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_PYTHON)
+    os.chmod(venv / "bin" / "python", 0o755)
+    run_dir.mkdir()
+    env = {"MULTINODE_DS_RUN_ID": "r1", "NCCL_SOCKET_IFNAME": "eth0,eth1", "GLOO_SOCKET_IFNAME": "eth0",
+           "PATH": str(venv / "bin") + ":/usr/bin:/bin", "MY_NOTE": "a b $(touch pwned)"}
+    job = dict(JOB, venv=str(venv), run_dir=str(run_dir), env=env, rank_hosts=["worker2", "worker10"],
+               slots={"worker2": 1, "worker10": 2})
+    deepspeed_env = launcher_env(env)
+    assert "MY_NOTE" not in deepspeed_env  # rank.env only (multinode_ds.rank), never a shell
+    (run_dir / ".deepspeed_env").write_text("".join("%s=%s\n" % kv for kv in deepspeed_env.items()))
+
+    ours = pdsh.pdsh_argv(job)
+    args = runner.parse_args(["--hostfile", str(run_dir / "hostfile"), "--master_addr", job["master_addr"],
+                              "--master_port", str(job["master_port"]), "--launcher", "pdsh", "--force_multi",
+                              "--enable_each_rank_log", str(run_dir / "logs"), "--module",
+                              "multinode_ds.rank", "--run-dir", str(run_dir)])
+    resources = OrderedDict((h, list(range(job["slots"][h]))) for h in job["rank_hosts"])
+    theirs = multinode_runner.PDSHRunner(args, runner.encode_world_info(resources))
+    for key, value in deepspeed_env.items():
+        theirs.add_export(key, value)
+    cwd = os.getcwd()
+    os.chdir(run_dir)  # the runner's cd is to its own directory: the agent starts it in the run directory
+    try:
+        cmd, _kill, pdsh_env = theirs.get_cmd({}, resources)
+    finally:
+        os.chdir(cwd)
+
+    # pdsh's options: DeepSpeed's, with its PDSH_RCMD_TYPE=ssh as -R ssh.
+    assert pdsh_env["PDSH_RCMD_TYPE"] == "ssh" and ours[2:4] == ["-R", "ssh"]
+    assert ours[:2] + ours[4:-1] == cmd[:6] == ["pdsh", "-S", "-f", "1024", "-w", "worker2,worker10"]
+
+    def on_node(command, rank):
+        # pdsh joins its remote words with spaces and gives them to the login shell; %n is the node's index.
+        out = subprocess.run(["sh", "-c", command.replace("%n", str(rank))], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}, cwd=str(tmp_path), check=True)
+        return json.loads(out.stdout)
+
+    def launch_args(argv):
+        # What launch.py makes of its arguments (after "-u -m deepspeed.launcher.launch").
+        monkeypatch.setattr(sys, "argv", ["launch.py"] + argv[3:])
+        return vars(launch.parse_args())
+    their_words = [str(venv / "bin" / "python") if w == sys.executable else w for w in cmd[6:]]
+    for rank in (0, 1):
+        mine, deepspeeds = on_node(ours[-1], rank), on_node(" ".join(their_words), rank)
+        assert launch_args(mine["argv"]) == launch_args(deepspeeds["argv"])
+        assert launch_args(mine["argv"])["node_rank"] == rank
+        assert mine["argv"][:4] == ["-u", "-m", "deepspeed.launcher.launch", "--world_info=" + backends.world_info(job)]
+        assert "--node_rank=%d" % rank in mine["argv"]
+        assert mine["argv"][-3:] == ["multinode_ds.rank", "--run-dir", str(run_dir)]
+        assert mine["cwd"] == deepspeeds["cwd"] == str(run_dir)
+        for key, value in deepspeed_env.items():
+            assert mine["env"][key] == deepspeeds["env"][key] == value
+        assert "MY_NOTE" not in mine["env"]
+    assert not (tmp_path / "pwned").exists() and not (run_dir / "pwned").exists()
+    # No value of the environment is on pdsh's command line (ps shows it): the node reads the run's file.
+    assert "eth0,eth1" not in " ".join(ours) and "eth0,eth1" in " ".join(cmd)

@@ -1,6 +1,7 @@
 """The job plan and the launch backends: one plan, every value checked, backends as plug-ins."""
 import datetime
 import re
+import shlex
 
 import pytest
 
@@ -45,12 +46,14 @@ def test_pdsh_backend_launches_from_the_coordinator():
     launch = job["launch"]
     assert launch["launchers"] == ["coord"] and launch["agents"] == ["coord", "worker1", "worker2"]
     argv = launch["argv"]["coord"]
-    assert argv[:2] == ["/opt/multinode-deepspeed/venv/bin/deepspeed", "--hostfile"]
-    assert argv[argv.index("--master_addr") + 1] == "10.89.0.11"
-    assert argv[argv.index("--launcher") + 1] == "pdsh" and "--force_multi" in argv
+    assert argv[:-1] == ["pdsh", "-S", "-R", "ssh", "-f", "1024", "-w", "worker1,worker2"]
+    remote = shlex.split(argv[-1])
+    assert remote[remote.index("exec") + 1:][:4] == [
+        "/opt/multinode-deepspeed/venv/bin/python", "-u", "-m", "deepspeed.launcher.launch"]
+    assert "--master_addr=10.89.0.11" in remote and "--node_rank=%n" in remote
     # Each rank becomes the program from program.json: the user's arguments never reach pdsh's remote shell.
     run_dir = job["run_dir"]
-    assert argv[-4:] == ["--module", "multinode_ds.rank", "--run-dir", run_dir]
+    assert remote[-4:] == ["--module", "multinode_ds.rank", "--run-dir", run_dir]
     assert job["program"][-4:] == ["--lr", "0.001", "--print-every", "5"]
     assert not any("0.001" in a for a in argv)
     # The coordinator logs into every node; a rank node into none (issue 26: no key where no login starts).
@@ -145,7 +148,8 @@ def test_bundled_trainer_options():
 def test_defaults_are_the_roles_paths():
     assert DEFAULTS["venv"] == DEFAULTS["home"] + "/venv"
     job = plan({"shared_dir": "/shared", "venv": "/srv/venv"}, WORKERS, ["coord"], NOW)
-    assert job["run_dir"].startswith("/shared/runs/") and job["launch"]["argv"]["coord"][0] == "/srv/venv/bin/deepspeed"
+    assert job["run_dir"].startswith("/shared/runs/") and " exec /srv/venv/bin/python -u " in \
+        job["launch"]["argv"]["coord"][-1]
 
 
 def test_parse_env_keeps_only_assignments():
