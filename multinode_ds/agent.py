@@ -2,9 +2,10 @@
 
 ``python -m multinode_ds.agent --run-dir D --host H [--] [CMD ...]``
 
-Ansible starts one agent on every node of a run (an async task).  The run
-directory ``D`` lies on storage every node shares, and serves as the run's
-control plane:
+One agent runs on every node of a run, started detached by the play (module
+agent_start or run_prepare), or, with pdsh, by pdsh's command on each rank
+node before DeepSpeed's launcher.  The run directory ``D`` lies on storage every
+node shares, and serves as the run's control plane:
 
 * ``D/nodes/<host>.json`` -- this agent's heartbeat and state, rewritten every
   ``--interval`` seconds: the PIDs of the run's processes on this node, the
@@ -46,6 +47,11 @@ SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
 # How often a pause between heartbeats looks for the launcher's exit and the controller's records (seconds).
 WAKE = 0.1
 EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
+# pdsh's line for a node whose login ended badly ("pdsh@coord: worker2: ssh exited with exit code 255"): the node's
+# launcher failed or never started (its SSH login failed); the node's own lines before it ("worker2: ssh: connect
+# to host ... Connection refused") say why.
+SSH_FAILED = 255
+NODE_EXIT_LINE = re.compile(r"^pdsh@[^:\s]+: ([^:\s]+): \S+ exited with exit code (-?\d+)")
 
 
 def read_env_file(path: Path) -> dict:
@@ -191,6 +197,7 @@ class Agent:
         self.started = time.time()
         self.seen_pids = False
         self.log_pos = 0
+        self.node_lines = {}  # each node's last line in the launcher's output (pdsh prefixes them "node: ")
         self.state = {"host": self.host, "machine": socket.gethostname(), "run_id": self.run_id,
                       "agent_pid": os.getpid(),
                       "role": "launcher" if self.cmd else "watcher", "state": "starting",
@@ -248,7 +255,9 @@ class Agent:
         return age > self.lease_timeout
 
     def scan_log(self):
-        """The first 'exits with return code = N' (N != 0) line of this node's launcher."""
+        """The first failure in the launcher's output: ``(line, code, None)`` for a rank's (DeepSpeed's launch.py:
+        'exits with return code = N', N != 0), ``(why, code, node)`` for a node whose login pdsh saw end badly
+        (``why``: that node's last line before it, or pdsh's line)."""
         try:
             with open(self.log_path, errors="replace") as fh:
                 fh.seek(self.log_pos)
@@ -262,7 +271,13 @@ class Agent:
         for line in chunk.splitlines():
             m = EXIT_LINE.search(line)
             if m and int(m.group(1)) != 0:
-                return line.strip(), int(m.group(1))
+                return line.strip(), int(m.group(1)), None
+            node = NODE_EXIT_LINE.match(line)
+            if node and int(node.group(2)) != 0:
+                return self.node_lines.get(node.group(1), line.strip()), int(node.group(2)), node.group(1)
+            prefix = line.split(": ", 1)[0]
+            if prefix and " " not in prefix and not prefix.startswith("pdsh@"):
+                self.node_lines[prefix] = line.strip()
         return None
 
     def start_child(self):
@@ -375,8 +390,13 @@ class Agent:
                 self.abort(f"the launcher on {self.host} exited with {rc}", exit_code=rc)
         failed = self.scan_log() if self.cmd else None
         if failed and not self.state["failed_line"]:
-            self.state["failed_line"] = failed[0]
-            self.abort(f"a rank on {self.host} exited with {failed[1]}", exit_code=failed[1], line=failed[0])
+            line, code, node = failed
+            self.state["failed_line"] = line
+            if node is None:
+                self.abort(f"a rank on {self.host} exited with {code}", exit_code=code, line=line)
+            else:  # 255: ssh's own failure (the login, not the node's command): the node is lost
+                self.abort(f"the launch on {node} ended with {code} ({line})", exit_code=code, line=line, node=node,
+                           **({"lost": [node]} if code == SSH_FAILED else {}))
 
     def end_reason(self, rc, pids):
         """Why the run ends on this node now (None: it goes on): an ABORT record, a stale lease or the run's timeout

@@ -100,7 +100,9 @@ job:
       (the bundled trainer writes metrics), C(rank_memory_gib), C(dry_run) (the bundled trainer's check, for
       M(multinode.deepspeed.run_prepare); none for a user's script), C(allreduce) (preflight's all-reduce test per rank
       node), and C(launch) - the backend's C(launchers), C(agents), C(argv) per launcher, C(agent_argv) per agent
-      (M(multinode.deepspeed.agent_start)), C(ssh_pairs), C(ssh_targets) per source node, C(ranks_over_ssh) and C(stop).
+      (M(multinode.deepspeed.agent_start)), C(ssh_agents) (the agents the play starts over SSH), C(secret_hosts) (the
+      rank nodes the play writes the run's secrets to), C(ssh_pairs), C(ssh_targets) per source node,
+      C(ranks_over_ssh) and C(stop).
     - With C(workdir), C(workdir) - C(id), C(hash), C(root), C(dest) (C(<shared_dir>/workspaces/<id>)), C(marker),
       C(count), C(bytes), C(git) (C(commit), C(dirty), C(branch)), C(entrypoint), C(files_from_path). With a
       C(ds_config) or a monitor tracker, C(ds_config) - C(source), C(path) (in the run directory), C(text), C(kept)
@@ -133,8 +135,9 @@ job:
       description:
         - What the launch backend does - C(launchers) (the nodes that run a launcher), C(agents) (the nodes that run
           an agent), C(argv) (the launcher's argv per launcher), C(agent_argv) (per agent node,
-          C(<venv>/bin/python -m multinode_ds.agent --run-dir D --host H --max-time T [-- <launcher argv>]), which
-          M(multinode.deepspeed.agent_start) starts), C(ssh_pairs) and C(ssh_targets) (the SSH logins the launch
-          needs, as pairs and as the targets per source node; preflight tries them from there).
+          C(<venv>/bin/python -m multinode_ds.agent --run-dir D --host H --max-time T [-- <launcher argv>])),
+          C(ssh_agents) (the agents M(multinode.deepspeed.agent_start) starts; with pdsh the coordinator's only,
+          pdsh's command starts the rank nodes'), C(secret_hosts), C(ssh_pairs) and C(ssh_targets) (the SSH logins
+          the launch needs, as pairs and as the targets per source node; preflight tries them from there).
       type: dict
 """

@@ -53,6 +53,33 @@ def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker
     assert left_on(["coord", "worker1"], run_id) == {}
 
 
+def test_a_worker_pdsh_cannot_log_in_to_is_named_at_once(provisioned, run_playbook):
+    """pdsh's login to worker2 fails (its sshd listens no more; Ansible's open session stays, so the play reaches
+    it): worker2 never starts its agent or its launcher. The coordinator's agent reads pdsh's line for worker2 and
+    ends the run within seconds, naming worker2 and ssh's own words, instead of waiting out the start allowance."""
+    run_id = f"e2e-nologin-{int(time.time())}"
+    reach = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "reach.yml"), name="nologin-reach")
+    assert reach.rc == 0, reach.tail()
+    pid = podman("exec", "mnds-worker2", "cat", "/run/sshd.pid").stdout.strip()
+    podman("exec", "mnds-worker2", "kill", pid)
+    try:
+        t0 = time.time()
+        res = run_playbook("train.yml", "-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
+                           name="nologin")
+        took = time.time() - t0
+    finally:
+        podman("exec", "mnds-worker2", "/usr/sbin/sshd", "-E", "/var/log/sshd.log")
+    print(f"the play failed after {took:.1f}s")
+    assert res.rc != 0 and took < 60, res.tail()
+    flat = " ".join(res.out.split())
+    assert "Lost first: worker2" in flat, res.tail()
+    assert "the launch on worker2 ended with 255" in flat and "Connection refused" in flat, res.tail()
+    summary = load_summary(run_id)
+    assert summary["lost"] == ["worker2"]
+    assert not (ROOT / "runs" / run_id / "nodes" / "worker2.json").exists()
+    assert left_on(["coord", "worker1"], run_id) == {}
+
+
 def test_a_network_cut_stalls_the_run_and_is_named(provisioned, run_playbook, worker2_back):
     run_id = f"e2e-cut-{int(time.time())}"
     res, took = fault_at_step_10(run_playbook, run_id, lambda: localcluster("disconnect", "worker2"),

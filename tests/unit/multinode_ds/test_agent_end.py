@@ -76,6 +76,57 @@ def test_a_failed_rank_in_the_launchers_log_aborts_the_run(tmp_path):
     assert abort_record(a) == {"reason": "a rank on n1 exited with -9", "host": "n1", "exit_code": -9, "line": line}
 
 
+# pdsh's own output (the coordinator's launcher log of a real run whose worker2 refused SSH).
+PDSH_NO_LOGIN = ("worker2: ssh: connect to host 10.89.0.12 port 22: Connection refused\n"
+                 "pdsh@coord: worker2: ssh exited with exit code 255\n")
+# A rank killed on worker2 (a real run): DeepSpeed's launcher says so, then pdsh gives its node's exit.
+PDSH_RANK_KILLED = (
+    "worker2: [2026-11-26 16:55:25,672] [INFO] [launch.py:253:sigkill_handler] Killing subprocess 5064\n"
+    "worker2: [2026-11-26 16:55:25,672] [ERROR] [launch.py:259:sigkill_handler] ['/opt/multinode-deepspeed/venv/bin/"
+    "python3', '-u', '-m', 'multinode_ds.rank', '--local_rank=0', '--run-dir', '/shared/runs/e2e-kill-1795712116'] "
+    "exits with return code = -9\n"
+    "pdsh@coord: worker2: ssh exited with exit code 247\n")
+
+
+def test_a_node_pdsh_could_not_log_in_to_aborts_the_run_naming_it_lost(tmp_path):
+    a = make(tmp_path, "--", "pdsh")
+    a.log_path.write_text(PDSH_NO_LOGIN)
+    a.note_failure(None)
+    why = "worker2: ssh: connect to host 10.89.0.12 port 22: Connection refused"
+    assert a.state["failed_line"] == why
+    assert abort_record(a) == {"reason": "the launch on worker2 ended with 255 (%s)" % why, "host": "n1",
+                               "exit_code": 255, "line": why, "node": "worker2", "lost": ["worker2"]}
+
+
+def test_a_nodes_command_that_failed_there_aborts_the_run_naming_the_node_not_lost(tmp_path):
+    a = make(tmp_path, "--", "pdsh")
+    why = "worker1: sh: 1: .: cannot open /shared/runs/r/.deepspeed_env: No such file"
+    # Read in two pieces, as the agent reads a growing log: the node's line, then pdsh's.
+    a.log_path.write_text(why + "\n")
+    a.note_failure(None)
+    assert not (a.control / "ABORT").exists()
+    with open(a.log_path, "a") as fh:
+        fh.write("pdsh@coord: worker1: ssh exited with exit code 2\n")
+    a.note_failure(None)
+    assert abort_record(a) == {"reason": "the launch on worker1 ended with 2 (%s)" % why, "host": "n1",
+                               "exit_code": 2, "line": why, "node": "worker1"}
+
+
+def test_a_failed_rank_comes_before_pdshs_line_for_its_node(tmp_path):
+    a = make(tmp_path, "--", "pdsh")
+    a.log_path.write_text(PDSH_RANK_KILLED)
+    a.note_failure(None)
+    record = abort_record(a)
+    assert record["reason"] == "a rank on n1 exited with -9" and "node" not in record and "lost" not in record
+
+
+def test_pdshs_line_for_a_node_that_ended_well_is_no_failure(tmp_path):
+    a = make(tmp_path, "--", "pdsh")
+    a.log_path.write_text("worker1: done\npdsh@coord: worker1: ssh exited with exit code 0\n")
+    a.note_failure(None)
+    assert not (a.control / "ABORT").exists() and a.state["failed_line"] is None
+
+
 def timed_pause(a, after=None, delay=0.3):
     """Seconds one pause took, with ``after`` run ``delay`` seconds into it (in a thread)."""
     import threading

@@ -27,6 +27,7 @@ __metaclass__ = type
 
 import base64
 import json
+import shlex
 from collections import OrderedDict
 
 
@@ -60,6 +61,9 @@ class Ranks(Part):
     over_ssh = False
     # The play starts the agents over SSH; False: the backend's scheduler starts them (a Kubernetes pod runs its own).
     agents_over_ssh = True
+    # The launcher starts the agent of every rank node that is not a launcher's (pdsh's remote command, before
+    # DeepSpeed's launcher); the play starts the launchers' agents only.
+    agents_by_launcher = False
     # A node lost, cut off or stalled may take ranks again in the run's next attempt once it answers and its stack
     # is unchanged; False: the backend's scheduler keeps it out (its ``recover`` tasks step, e.g. Slurm's DRAIN).
     reuse_lost = True
@@ -76,7 +80,18 @@ class Ranks(Part):
 
     def ssh_agents(self, job):
         """The agents the play starts over SSH."""
-        return self.agents(job) if self.agents_over_ssh else []
+        if not self.agents_over_ssh:
+            return []
+        return self.launchers(job) if self.agents_by_launcher else self.agents(job)
+
+    def launcher_agents(self, job):
+        """The agents the launcher starts (``agents_by_launcher``): every rank node's that is not a launcher's."""
+        launchers = self.launchers(job)
+        return [h for h in job["rank_hosts"] if h not in launchers] if self.agents_by_launcher else []
+
+    def secret_hosts(self, job):
+        """The rank nodes where the play writes the run's secrets over SSH (a scheduler's pods get them otherwise)."""
+        return list(job["rank_hosts"]) if self.agents_over_ssh else []
 
     def ssh_pairs(self, job):
         """The (source, target) SSH logins the launch needs (what preflight checks)."""
@@ -153,6 +168,24 @@ def launch_argv(job, node_rank, sep=None):
     for name, value in options:
         argv += [name + sep + value] if sep else [name, value]
     return argv
+
+
+def agent_shell(backend, job, node_index):
+    """Shell words that start the node's agent (``backend.stop.agent_argv``, watching) when the launcher starts the
+    rank nodes' agents (``Ranks.agents_by_launcher``), then go on (``... && ``); "" when it does not.  The node is
+    known by its index in ``rank_hosts`` (``node_index``, e.g. pdsh's ``%n``): each rank node's name is a quoted word
+    of the command, never text a remote tool pastes in.  A launcher's own node starts no second agent.  The agent
+    gets a session of its own (no signal of the login's end reaches it), standard input from /dev/null and its
+    output appended to its log, as ``agent_start`` starts it."""
+    hosts = backend.ranks.launcher_agents(job)
+    if not hosts:
+        return ""
+    index = dict((h, n) for n, h in enumerate(job["rank_hosts"]))
+    name = "\0host"  # a word no argv holds: the node's name in the agent's argv, read from $h
+    agent = " ".join('"$h"' if w == name else shlex.quote(w) for w in backend.stop.agent_argv(job, name, None))
+    return ('case %s in %s *) h= ;; esac && { [ -z "$h" ] || setsid -f %s </dev/null >>%s/nodes/"$h".agent.log 2>&1; }'
+            ' && ' % (node_index, " ".join("%d) h=%s ;;" % (index[h], shlex.quote(h)) for h in hosts), agent,
+                      shlex.quote(job["run_dir"])))
 
 
 def world_info(job):
@@ -251,6 +284,7 @@ class Backend(object):
                 "agent_argv": dict((node, self.stop.agent_argv(job, node, argv.get(node))) for node in agents),
                 "ssh_pairs": [list(p) for p in ranks.ssh_pairs(job)], "ssh_targets": ranks.ssh_targets(job),
                 "ranks_over_ssh": ranks.over_ssh, "ssh_agents": ranks.ssh_agents(job),
+                "secret_hosts": ranks.secret_hosts(job),
                 "stop": self.stop.mode, "checks": tasks.preflight, "files": start.files(job), "start": start.now(job),
                 "handoff": start.handoff(job), "tasks": tasks.run, "recover": tasks.recover,
                 "reuse_lost": ranks.reuse_lost, "follow": watch.follow(job),

@@ -15,6 +15,8 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import 
 class Ranks(backends.Ranks):
     launcher_per_node = False
     over_ssh = True
+    # Each rank node's shell starts the node's agent before DeepSpeed's launcher: one module run less per node.
+    agents_by_launcher = True
 
     def ssh_pairs(self, job):
         """The coordinator reaches every node, itself included (pdsh logs into a local entry like any other); a rank
@@ -37,11 +39,12 @@ class Start(backends.Start):
 def pdsh_argv(job):
     """pdsh over SSH (``-R ssh``: the runner's ``PDSH_RCMD_TYPE=ssh``) to every rank node at once (its fan-out), the
     largest of the nodes' exit codes as its own (``-S``); on each node ``deepspeed.launcher.launch`` with
-    ``--node_rank=%n``, pdsh's index of the node in ``-w``, the hostfile's order."""
+    ``--node_rank=%n``, pdsh's index of the node in ``-w``, the hostfile's order, after the node's agent has
+    started (``backends.agent_shell``)."""
     run_dir = shlex.quote(job["run_dir"])
     launch = backends.launch_argv(job, "%n", sep="=") + Start.rank_program(job)
-    on_node = "cd %s && set -a && . %s/.deepspeed_env && set +a && exec %s" % (
-        run_dir, run_dir, " ".join(shlex.quote(a) for a in launch))
+    on_node = "cd %s && set -a && . %s/.deepspeed_env && set +a && %sexec %s" % (
+        run_dir, run_dir, backends.agent_shell(PdshBackend(), job, "%n"), " ".join(shlex.quote(a) for a in launch))
     return ["pdsh", "-S", "-R", "ssh", "-f", "1024", "-w", ",".join(job["rank_hosts"]), on_node]
 
 

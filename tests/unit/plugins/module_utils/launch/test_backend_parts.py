@@ -2,8 +2,10 @@
 ``describe`` makes of them."""
 import json
 import os
+import shlex
 import subprocess
 import sys
+import time
 from collections import OrderedDict
 
 import pytest
@@ -50,6 +52,18 @@ def test_ranks_with_one_launcher_on_the_coordinator():
 def test_agents_the_scheduler_starts_are_not_started_over_ssh():
     ranks = backends.Ranks(agents_over_ssh=False)
     assert ranks.agents(JOB) == ["a", "b"] and ranks.ssh_agents(JOB) == []
+    assert ranks.secret_hosts(JOB) == [] and ranks.launcher_agents(JOB) == []
+
+
+def test_agents_the_launcher_starts_are_the_rank_nodes_but_a_launchers_own():
+    ranks = backends.Ranks(launcher_per_node=False, agents_by_launcher=True)
+    assert ranks.agents(JOB) == ["c1", "a", "b"] and ranks.ssh_agents(JOB) == ["c1"]
+    assert ranks.launcher_agents(JOB) == ["a", "b"] and ranks.secret_hosts(JOB) == ["a", "b"]
+    # The coordinator is a rank node too: its agent is the launcher's, started by the play; no second one.
+    job = dict(JOB, rank_hosts=["c1", "a"])
+    assert ranks.ssh_agents(job) == ["c1"] and ranks.launcher_agents(job) == ["a"]
+    assert ranks.secret_hosts(job) == ["c1", "a"]
+    assert backends.Ranks().launcher_agents(JOB) == [] and backends.Ranks().secret_hosts(JOB) == ["a", "b"]
 
 
 def test_ssh_targets_group_the_pairs_by_source():
@@ -86,9 +100,10 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
         NAME = "plain"
     launch = Plain().describe(JOB)
     assert list(launch) == ["name", "launchers", "agents", "argv", "agent_argv", "ssh_pairs", "ssh_targets",
-                            "ranks_over_ssh", "ssh_agents", "stop", "checks", "files", "start", "handoff", "tasks",
+                            "ranks_over_ssh", "ssh_agents", "secret_hosts", "stop", "checks", "files", "start", "handoff", "tasks",
                             "recover", "reuse_lost", "follow", "probe_nodes", "extra"]
     assert launch["name"] == "plain" and launch["launchers"] == ["a", "b"] and launch["stop"] == "lease"
+    assert launch["secret_hosts"] == ["a", "b"]
     assert launch["argv"]["a"] == launch_py(0) + RANK
     assert launch["agent_argv"]["b"] == AGENT + ["b", "--max-time", "60", "--"] + launch["argv"]["b"]
     assert (launch["checks"], launch["tasks"], launch["follow"], launch["extra"]) == (None, None, None, {})
@@ -123,8 +138,41 @@ def test_the_world_info_is_what_deepspeeds_runner_makes_of_the_hostfile(tmp_path
 # A stand-in for the venv's python on a rank node: it prints its arguments and environment, as JSON.
 FAKE_PYTHON = """#!%s
 import json, os, sys
-print(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd()}))
+print(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
+                  "session_leader": os.getsid(0) == os.getpid(), "stdin": os.path.realpath("/proc/self/fd/0")}))
 """ % sys.executable
+
+
+def wait_for_json(path, timeout=10.0):
+    """The one JSON line the stand-in python wrote to ``path`` (it runs detached: wait for it)."""
+    deadline = time.time() + timeout
+    while True:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n") or time.time() > deadline:
+            return json.loads(text)
+        time.sleep(0.02)
+
+
+def test_pdshs_node_command_starts_no_second_agent_on_the_launchers_node_and_pastes_no_name(tmp_path):
+    """The coordinator is a rank node too: its agent is the launcher's; a node name is a quoted word."""
+    run_dir, venv = tmp_path / "run 1", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_PYTHON)
+    os.chmod(venv / "bin" / "python", 0o755)
+    (run_dir / "nodes").mkdir(parents=True)
+    odd = "w$(touch pwned)"
+    job = dict(JOB, venv=str(venv), run_dir=str(run_dir), coordinators=["c1"], rank_hosts=["c1", odd],
+               slots={"c1": 1, odd: 1})
+    command = pdsh.pdsh_argv(job)[-1]
+    start = command.split(" && exec ")[0].split("set +a && ")[1]
+    for rank in (0, 1):
+        subprocess.run(["sh", "-c", "cd %s && %s && echo started" % (shlex.quote(str(run_dir)),
+                                                                     start.replace("%n", str(rank)))],
+                       check=True, env={"PATH": "/usr/bin:/bin"}, cwd=str(tmp_path))
+    agent = wait_for_json(run_dir / "nodes" / ("%s.agent.log" % odd))
+    assert agent["argv"][agent["argv"].index("--host") + 1] == odd
+    assert sorted(p.name for p in (run_dir / "nodes").iterdir()) == [odd + ".agent.log"]
+    assert not (tmp_path / "pwned").exists() and not (run_dir / "pwned").exists()
 
 
 def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path, monkeypatch):
@@ -138,7 +186,7 @@ def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path,
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text(FAKE_PYTHON)
     os.chmod(venv / "bin" / "python", 0o755)
-    run_dir.mkdir()
+    (run_dir / "nodes").mkdir(parents=True)
     env = {"MULTINODE_DS_RUN_ID": "r1", "NCCL_SOCKET_IFNAME": "eth0,eth1", "GLOO_SOCKET_IFNAME": "eth0",
            "PATH": str(venv / "bin") + ":/usr/bin:/bin", "MY_NOTE": "a b $(touch pwned)"}
     job = dict(JOB, venv=str(venv), run_dir=str(run_dir), env=env, rank_hosts=["worker2", "worker10"],
@@ -189,6 +237,13 @@ def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path,
         for key, value in deepspeed_env.items():
             assert mine["env"][key] == deepspeeds["env"][key] == value
         assert "MY_NOTE" not in mine["env"]
+        # Before launch.py, the node's shell started the node's agent, watching, in a session of its own.
+        host = job["rank_hosts"][rank]
+        agent = wait_for_json(run_dir / "nodes" / ("%s.agent.log" % host))
+        assert agent["argv"] == ["-m", "multinode_ds.agent", "--run-dir", str(run_dir), "--host", host,
+                                 "--max-time", str(job["timeout"])]
+        assert agent["cwd"] == str(run_dir) and agent["session_leader"] and agent["stdin"] == os.devnull
+        assert agent["env"]["NCCL_SOCKET_IFNAME"] == "eth0,eth1" and "MY_NOTE" not in agent["env"]
     assert not (tmp_path / "pwned").exists() and not (run_dir / "pwned").exists()
     # No value of the environment is on pdsh's command line (ps shows it): the node reads the run's file.
     assert "eth0,eth1" not in " ".join(ours) and "eth0,eth1" in " ".join(cmd)
