@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from multinode_ds import exit_after_work
+
 # Bytes moved per size at most (iterations = this / size, within [MIN_ITERS, MAX_ITERS]).
 BYTES_PER_SIZE = 64 << 20  # bytes timed per message size (3 iterations at least)
 MIN_ITERS = 3
@@ -246,4 +248,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_work(main())

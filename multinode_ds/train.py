@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import checkpoints
+from . import checkpoints, exit_after_work
 from . import data as data_mod
 from . import ds_config as dsc
 from .models import REGISTRY, build_model, get_spec
@@ -527,4 +527,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_work(main())
