@@ -20,7 +20,7 @@ positional: _input, controller, nodes
 options:
   _input:
     description:
-      - The settings, keys C(cluster_name), C(partition), C(partition_nodes), C(slurmd_timeout), C(kill_wait),
+      - The settings, keys C(cluster_name), C(partition), C(partition_nodes), C(slurmd_timeout), C(kill_wait), C(batch_sched_delay),
         C(accounting) (C(slurmdbd) or C(none)), C(proctrack), C(task_plugin), C(select_parameters), C(extra).
     type: dict
     required: true

@@ -97,10 +97,27 @@ def conf_problems(settings, controller, nodes):
         if isinstance(value, bool) or not str(value).isdigit() or int(str(value)) < 1:
             problems.append("slurm_%s=%r must be a whole number of seconds >= 1. Fix: -e slurm_%s=<seconds>"
                             % (key, value, key))
+    delay = settings.get("batch_sched_delay", 0)
+    if isinstance(delay, bool) or not str(delay).isdigit():
+        problems.append("slurm_batch_sched_delay=%r must be a whole number of seconds >= 0. Fix: -e "
+                        "slurm_batch_sched_delay=0" % (delay,))
     if settings.get("accounting") not in ("slurmdbd", "none"):
         problems.append("slurm_accounting=%r: slurmdbd or none. Fix: -e slurm_accounting=slurmdbd"
                         % settings.get("accounting"))
     return problems
+
+
+def scheduler_parameters(settings):
+    """``SchedulerParameters``: ``slurm_conf_extra``'s, with ``batch_sched_delay`` unless it sets that itself.
+
+    slurmctld does not place a batch job when sbatch submits it: its background loop schedules the queued batch
+    jobs about once a second, and not within ``batch_sched_delay`` seconds (Slurm's default 3) of the last
+    scheduling pass.  So a run's job that follows another job's start or end (the next attempt of a run, a run
+    right after another) would wait up to that long; the role's default, 0, leaves only the loop's second."""
+    given = [p for p in str((settings.get("extra") or {}).get("SchedulerParameters") or "").split(",") if p]
+    if not any(p.split("=", 1)[0] == "batch_sched_delay" for p in given):
+        given.append("batch_sched_delay=%d" % int(str(settings.get("batch_sched_delay", 0))))
+    return ",".join(given)
 
 
 def _hostlist(names):
@@ -111,7 +128,8 @@ def render_conf(settings, controller, nodes):
     """slurm.conf for a controller ``{"name", "hostname", "addr"}`` and ``conf_nodes(...)``.
 
     ``settings``: cluster_name, partition, partition_nodes (default: every node), slurmd_timeout, kill_wait,
-    accounting (slurmdbd or none), proctrack, task_plugin, select_parameters, extra (dict of more lines)."""
+    batch_sched_delay, accounting (slurmdbd or none), proctrack, task_plugin, select_parameters, extra (dict of
+    more lines; its SchedulerParameters are merged with batch_sched_delay)."""
     problems = conf_problems(settings, controller and controller["name"], nodes)
     if problems:
         raise SlurmError("; ".join(problems))
@@ -135,6 +153,7 @@ def render_conf(settings, controller, nodes):
         "SelectType=select/cons_tres",
         "SelectTypeParameters=%s" % settings.get("select_parameters", "CR_Core_Memory"),
         "SchedulerType=sched/backfill",
+        "SchedulerParameters=%s" % scheduler_parameters(settings),
         "ReturnToService=1",
         "SlurmdTimeout=%s" % settings.get("slurmd_timeout", 60),
         "KillWait=%s" % settings.get("kill_wait", 10),
@@ -150,7 +169,8 @@ def render_conf(settings, controller, nodes):
     if gres:
         lines.append("GresTypes=%s" % ",".join(gres))
     for key, value in sorted((settings.get("extra") or {}).items()):
-        lines.append("%s=%s" % (key, value))
+        if key != "SchedulerParameters":
+            lines.append("%s=%s" % (key, value))
     for n in nodes:
         line = "NodeName=%s NodeHostname=%s NodeAddr=%s CPUs=%d RealMemory=%d" % (
             n["name"], n["hostname"], n["addr"], n["cpus"], n["real_memory"])

@@ -44,6 +44,24 @@ def test_cpu_only_cluster_has_no_gres_and_no_accounting_when_asked():
     assert "GresTypes" not in conf and "AccountingStorageType=accounting_storage/none" in conf
 
 
+def test_batch_jobs_are_scheduled_without_slurms_three_second_delay():
+    ns = nodes(hostvars("w1", "10.0.0.1"))
+    # The role's default: a run's job that follows another job is not held up to 3 s.
+    lines = slurm.render_conf(dict(SETTINGS, batch_sched_delay=0), CONTROLLER, ns).splitlines()
+    assert [x for x in lines if x.startswith("SchedulerParameters=")] == ["SchedulerParameters=batch_sched_delay=0"]
+    # Unset (the filter's callers before the role had the variable): the same.
+    assert "SchedulerParameters=batch_sched_delay=0" in slurm.render_conf(SETTINGS, CONTROLLER, ns).splitlines()
+    # slurm_conf_extra's SchedulerParameters are kept, in one line, and its own batch_sched_delay wins.
+    conf = slurm.render_conf(dict(SETTINGS, batch_sched_delay="2", extra={"SchedulerParameters": "defer,bf_interval=60",
+                                                                          "MaxJobCount": 5000}), CONTROLLER, ns)
+    assert [x for x in conf.splitlines() if x.startswith("SchedulerParameters=")] == [
+        "SchedulerParameters=defer,bf_interval=60,batch_sched_delay=2"]
+    assert "MaxJobCount=5000" in conf.splitlines()
+    conf = slurm.render_conf(dict(SETTINGS, extra={"SchedulerParameters": "batch_sched_delay=5"}), CONTROLLER, ns)
+    assert [x for x in conf.splitlines() if x.startswith("SchedulerParameters=")] == [
+        "SchedulerParameters=batch_sched_delay=5"]
+
+
 def test_slurmdbd_conf_has_no_password():
     dbd = slurm.render_dbd("coord")
     assert "StorageUser=slurm" in dbd and "StorageHost=localhost" in dbd and "Pass" not in dbd
@@ -56,6 +74,8 @@ def test_slurmdbd_conf_has_no_password():
     ({"partition_nodes": ["worker1", "worker9"]}, "slurm_partition_nodes lists worker9, which is not a worker"),
     ({"slurmd_timeout": "soon"}, "slurm_slurmd_timeout='soon' must be a whole number"),
     ({"accounting": "mysql"}, "slurm_accounting='mysql': slurmdbd or none"),
+    ({"batch_sched_delay": "-1"}, "slurm_batch_sched_delay='-1' must be a whole number of seconds >= 0"),
+    ({"batch_sched_delay": True}, "slurm_batch_sched_delay=True must be a whole number"),
 ])
 def test_bad_settings_name_the_variable_and_the_fix(change, needle):
     ns = nodes(hostvars("worker1", "10.89.0.11"))
