@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 WORKERS ?= 2
+# A comma inside $(or ...) separates its arguments: defaults that are lists use this.
+comma := ,
 
 .PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-workdir docs
 
@@ -63,11 +65,11 @@ bench-workdir:
 
 # site.yml with nothing to change against the first site.yml on fresh nodes (SIZES: worker counts; remakes the cluster).
 bench-site:
-	$(BIN)/python scripts/bench_site.py --sizes $(or $(SIZES),2,8) --rounds $(or $(ROUNDS),3)
+	$(BIN)/python scripts/bench_site.py --sizes $(or $(SIZES),2$(comma)8) --rounds $(or $(ROUNDS),3)
 
 # Ansible's part of a launch and a no-op site.yml per node at 2, 4, 8 and 16 workers (remakes the cluster at each size).
 bench-scale:
-	$(BIN)/python scripts/bench_scale.py --sizes $(or $(SIZES),2,4,8,16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5)
+	$(BIN)/python scripts/bench_scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5)
 
 # A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
 bench-recovery:
