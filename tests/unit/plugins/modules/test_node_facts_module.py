@@ -41,6 +41,29 @@ def test_no_files_no_venv_and_a_taken_port(tmp_path, run_module):
 
 
 def test_the_run_accounts_uid():
-    from ansible_collections.multinode.deepspeed.plugins.modules.node_facts import user_id
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node_read import user_id
     assert user_id("root") == 0
     assert user_id("no-such-account-mnds") is None
+
+
+def test_a_job_variable_file_that_cannot_be_read_fails_the_module(tmp_path, run_module, monkeypatch):
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node_read
+    env = tmp_path / "deepspeed_env"
+    env.write_text("A=1\n")
+
+    def refuse(path, *args):
+        raise IOError(13, "Permission denied")
+    monkeypatch.setattr(node_read, "open", refuse, raising=False)
+    res = run_module(node_facts, {"paths": [str(env)], "venv": str(tmp_path), "nvidia_smi": str(tmp_path / "none")})
+    assert res["failed"] is True and res["msg"] == "cannot read %s: [Errno 13] Permission denied" % env
+
+
+def test_which_finds_commands_as_get_bin_path(tmp_path, monkeypatch):
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node_read
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho out; echo err >&2; exit 3\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert node_read.which("tool") == str(tool) and node_read.which("no-such-tool-mnds") is None
+    assert node_read.run([str(tool)]) == (3, "out\n", "err\n")
+    assert node_read.run([str(tmp_path / "missing")])[0] == 2
