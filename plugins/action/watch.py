@@ -21,12 +21,14 @@ from ansible.utils.display import Display
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import MAX_BYTES as BUNDLE_BYTES
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk, abort_for_pods, abort_for_queue,
     abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason, ignore_signals, interruption_reason,
     progress_line, queue_state, restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals,
     quiet_nodes, unreachable, watch_options)
+from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 
 display = Display()
 DEAD_MAN_REASON = "the controller went away (interrupted or killed)"
@@ -55,8 +57,12 @@ class ActionModule(ActionBase):
 
         def call():
             try:
-                box["res"] = self._execute_module(module_name="multinode.deepspeed.run_status", module_args=args,
-                                                  task_vars=task_vars)
+                # In a Python start of its own on the coordinator (no module wrapper), else as the module.
+                res = node_python.call(self, task_vars, status.ARGUMENT_SPEC, status.__name__, "run_status", args=args)
+                if res is None:
+                    res = self._execute_module(module_name="multinode.deepspeed.run_status", module_args=args,
+                                               task_vars=task_vars)
+                box["res"] = res
             except Exception as exc:  # pylint: disable=broad-except
                 box["exc"] = exc
 

@@ -1,40 +1,22 @@
 """The node_facts action: the read runs on the node without Ansible's module wrapper, and the module runs where that
 cannot be done as the module would, or gave no result."""
-import subprocess
-import sys
 from unittest.mock import MagicMock
 
-from ansible_collections.multinode.deepspeed.plugins.action import node_facts as action_mod
+from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 from ansible_collections.multinode.deepspeed.plugins.action.node_facts import ActionModule
-from tests.unit.plugins.action_task import action_plugin
+from tests.unit.plugins.action_task import action_plugin, bare_python_node, node_connection
 from tests.unit.plugins.module_utils.provision.test_node import DISTS, make_venv
 
 MODULE_RESULT = {"changed": False, "ansible_facts": {"multinode_node": {"from": "module"}}}
 
 
-def node(cmds, rc=None, stdout=None):
-    """A _low_level_execute_command that runs the piped script in a bare Python here (or answers rc/stdout)."""
-    def execute(cmd, sudoable=True, in_data=None, **kwargs):
-        cmds.append((cmd, sudoable))
-        if rc is not None:
-            return {"rc": rc, "stdout": stdout or "", "stderr": "boom"}
-        proc = subprocess.run([sys.executable, "-I", "-S", "-"], input=in_data, capture_output=True, text=True,
-                              check=False)
-        return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
-    return execute
-
-
 def action(args, pipelining=True, async_val=0, **node_kwargs):
-    connection = MagicMock()
-    connection.is_pipelining_enabled.return_value = pipelining
-    connection._remote_is_local = False
-    connection._shell.build_module_command.side_effect = lambda env, shebang, cmd: shebang[2:]
-    plugin = action_plugin(ActionModule, "multinode.deepspeed.node_facts", args, connection=connection)
+    plugin = action_plugin(ActionModule, "multinode.deepspeed.node_facts", args, connection=node_connection(pipelining))
     plugin._task.async_val = async_val
     plugin._task.delegate_to = None
     plugin._task.environment = []
     plugin.cmds = []
-    plugin._low_level_execute_command = node(plugin.cmds, **node_kwargs)
+    plugin._low_level_execute_command = bare_python_node(plugin.cmds, **node_kwargs)
     plugin._execute_module = MagicMock(return_value=dict(MODULE_RESULT))
     return plugin
 
@@ -94,7 +76,7 @@ def test_interpreter_discovery_as_for_a_module(tmp_path, monkeypatch):
     def discover(action, interpreter_name, discovery_mode, task_vars):
         found.append((interpreter_name, discovery_mode))
         return "/usr/bin/python3.11"
-    monkeypatch.setattr(action_mod, "discover_interpreter", discover)
+    monkeypatch.setattr(node_python, "discover_interpreter", discover)
     plugin = action(fixture_args(tmp_path))
     res = plugin.run(task_vars=vars_with(interpreter="auto_silent"))
     assert found == [("python", "auto_silent")] and plugin.cmds[0][0] == "/usr/bin/python3.11"
@@ -104,3 +86,11 @@ def test_interpreter_discovery_as_for_a_module(tmp_path, monkeypatch):
     res = plugin.run(task_vars=vars_with(interpreter="auto", facts={"discovered_interpreter_python": "/opt/py"}))
     assert len(found) == 1 and plugin.cmds[0][0] == "/opt/py"
     assert "discovered_interpreter_python" not in res["ansible_facts"]
+
+
+def test_check_mode_reads_the_same_way(tmp_path):
+    """node_facts only reads: check mode changes nothing in how it runs."""
+    plugin = action(fixture_args(tmp_path))
+    plugin._task.check_mode = True
+    res = plugin.run(task_vars=vars_with())
+    assert not plugin._execute_module.called and res["ansible_facts"]["multinode_node"]["uid"] == 0

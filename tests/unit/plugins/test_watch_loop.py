@@ -50,6 +50,8 @@ def plugin(run, **args):
         {"run_dir": "/shared/runs/r1", "nodes": NODES, "launchers": ["coord"], "world_size": 2,
          "poll_interval": 0, "lock": "/shared/locks/ckpt"}, **args))
     module._status = run
+    # The status calls as module runs (test_watch_status_direct.py: the same call without the module wrapper).
+    module._connection.is_pipelining_enabled.return_value = False
     return module
 
 

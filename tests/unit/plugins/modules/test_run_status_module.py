@@ -6,6 +6,7 @@ import os
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.modules import run_status
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
 
 
 def run_dir(tmp_path):
@@ -129,9 +130,9 @@ def test_a_record_whose_content_the_disk_refuses_is_still_there(tmp_path, monkey
     """ENOSPC on the write: the name exists (empty), which is what the agents look for."""
     def full(fd, data):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(run_status.os, "write", full)
+    monkeypatch.setattr(status.os, "write", full)
     path = tmp_path / "ABORT"
-    run_status._put(str(path), "{}")
+    status._put(str(path), "{}")
     assert path.exists() and path.read_text() == ""
 
 

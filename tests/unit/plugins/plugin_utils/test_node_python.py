@@ -77,3 +77,12 @@ def test_parameters_reach_the_node_as_data_not_code(tmp_path):
     rc, out, err = run_isolated(node_python.script(node_read.__name__, "node_facts", checked))
     assert rc == 0, err
     assert json.loads(out)["ansible_facts"]["multinode_node"]["uid"] is None
+
+
+def test_a_module_imported_from_its_package_is_sent_too():
+    """``from ...run import lock`` names a module of package ``run``: it goes with the script."""
+    text = ("from %srun import lock\nfrom %srun.bundle import (\n    pack,  # packs\n    unpack)\n"
+            "import %splan.job\n" % (UTILS, UTILS, UTILS))
+    assert node_python.imported(text) == [UTILS + "run", UTILS + "run.lock", UTILS + "run.bundle", UTILS + "plan.job"]
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
+    assert UTILS + "run.lock" in node_python.sources(status.__name__)
