@@ -20,6 +20,9 @@ description:
     trip per node - the launch starts that much sooner.
   - Fails when the command cannot start, or when the agent exits within O(settle) seconds (it could not start) -
     C(the agent exited at once with code N) with the last lines of O(log). Always reports C(changed) otherwise.
+  - Its action plugin starts the agent from a Python start of its own on the node (C(run/spawn) of the collection's
+    module_utils), as the task's user and on the module's interpreter, without Ansible's module wrapper; without
+    pipelining or with C(async) it runs as the module.
   - C(train.yml) runs it on every node where the launch backend starts an agent over SSH (C(job.launch.ssh_agents)),
     as the run's user (C(docs/agents.md)).
 options:
@@ -74,21 +77,15 @@ pid:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import start_detached
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import AGENT_START_SPEC, agent_start
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(argv=dict(type="list", elements="str", required=True),
-                                              chdir=dict(type="path"),
-                                              environment=dict(type="dict", default={}),
-                                              log=dict(type="path", required=True),
-                                              settle=dict(type="float", default=0.1)))
-    p = module.params
-    pid, problem = start_detached(p["argv"], p["log"], p["chdir"], p["environment"], p["settle"])
-    if problem is not None:
-        msg, rc = problem
-        module.fail_json(msg=msg, **({} if rc is None else {"rc": rc}))
-    module.exit_json(changed=True, pid=pid)
+    module = AnsibleModule(argument_spec=AGENT_START_SPEC)
+    result = agent_start(module.params)
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ from ansible import constants as C
 from ansible.executor.interpreter_discovery import discover_interpreter
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
 
 DISCOVERED = "discovered_interpreter_python"
 AUTO = ("auto", "auto_legacy", "auto_silent", "auto_legacy_silent")
@@ -188,8 +191,12 @@ def call(action, task_vars, spec, name, function, read_only=False, args=None):
     try:
         data = json.loads(res.get("stdout") or "")
     except ValueError:
-        return None
+        data = None
     if res.get("rc") != 0 or not isinstance(data, dict):
+        # Shown with -vvv: the module runs instead, and gives the result.
+        display.vvv("%s.%s gave no result (rc %s: %s); running the module" % (
+            name, function, res.get("rc"), " | ".join((res.get("stderr") or "").strip().splitlines()[-3:])),
+            host=task_vars.get("inventory_hostname"))
         return None
     if discovered:
         data.setdefault("ansible_facts", {})[DISCOVERED] = python

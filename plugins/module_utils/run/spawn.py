@@ -60,3 +60,20 @@ def start_detached(argv, log, chdir=None, environment=None, settle=0.1):
             return None, ("the agent exited at once with code %s: %s" % (status, _tail(log)), status)
         time.sleep(0.02)
     return pid, None
+
+
+# Module agent_start's argument spec (its action plugin checks a task's arguments against the same one).
+AGENT_START_SPEC = dict(argv=dict(type="list", elements="str", required=True),
+                        chdir=dict(type="path"),
+                        environment=dict(type="dict", default={}),
+                        log=dict(type="path", required=True),
+                        settle=dict(type="float", default=0.1))
+
+
+def agent_start(p):
+    """Module agent_start's result for its (checked) parameters: the agent started detached, or why not."""
+    pid, problem = start_detached(p["argv"], p["log"], p["chdir"], p["environment"], p["settle"])
+    if problem is not None:
+        msg, rc = problem
+        return dict({} if rc is None else {"rc": rc}, failed=True, msg=msg)
+    return {"changed": True, "pid": pid}
