@@ -29,7 +29,7 @@ def test_starts_the_agent_detached(tmp_path):
     res = plugin.run(task_vars=VARS)
     assert not plugin._execute_module.called and plugin.piped == [("/usr/bin/python3", True)]
     assert res["changed"] is True and res["pid"] > 0 and time.time() - started < 1.0  # back before the agent ended
-    for _ in range(50):
+    for dummy in range(50):
         if log.exists() and log.read_text():
             break
         time.sleep(0.05)
