@@ -41,3 +41,16 @@ def bare_python_node(calls, rc=None, stdout=None):
                               check=False)
         return {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}
     return execute
+
+
+def direct_action(cls, action, args, pipelining=True, check_mode=False, **node):
+    """``cls`` (a node_python.DirectAction) for a task of ``action`` with ``args``, its node a bare Python here
+    (``bare_python_node``, each command in ``plugin.piped``); the module, if it runs, answers ``{"from": "module"}``
+    (``plugin._execute_module`` records the call)."""
+    plugin = action_plugin(cls, action, args, check_mode=check_mode, connection=node_connection(pipelining))
+    plugin._task.delegate_to = None
+    plugin._task.environment = []
+    plugin.piped = []
+    plugin._low_level_execute_command = bare_python_node(plugin.piped, **node)
+    plugin._execute_module = MagicMock(return_value={"changed": False, "from": "module"})
+    return plugin

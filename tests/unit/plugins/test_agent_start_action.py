@@ -2,23 +2,15 @@
 with the module's result and failures; the module runs in check mode or without pipelining."""
 import sys
 import time
-from unittest.mock import MagicMock
 
 from ansible_collections.multinode.deepspeed.plugins.action.agent_start import ActionModule
-from tests.unit.plugins.action_task import action_plugin, bare_python_node, node_connection
+from tests.unit.plugins.action_task import direct_action
 
 VARS = {"ansible_python_interpreter": "/usr/bin/python3", "inventory_hostname": "worker1"}
 
 
 def action(args, pipelining=True, check_mode=False):
-    plugin = action_plugin(ActionModule, "multinode.deepspeed.agent_start", args, check_mode=check_mode,
-                           connection=node_connection(pipelining))
-    plugin._task.delegate_to = None
-    plugin._task.environment = []
-    plugin.piped = []
-    plugin._low_level_execute_command = bare_python_node(plugin.piped)
-    plugin._execute_module = MagicMock(return_value={"changed": False, "skipped": True, "from": "module"})
-    return plugin
+    return direct_action(ActionModule, "multinode.deepspeed.agent_start", args, pipelining, check_mode)
 
 
 def test_starts_the_agent_detached(tmp_path):

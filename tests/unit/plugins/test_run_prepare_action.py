@@ -3,22 +3,14 @@
 import json
 import os
 import sys
-from unittest.mock import MagicMock
 
 from ansible_collections.multinode.deepspeed.plugins.action.run_prepare import ActionModule
-from tests.unit.plugins.action_task import action_plugin, bare_python_node, node_connection
+from tests.unit.plugins.action_task import direct_action
 from tests.unit.plugins.modules.test_run_prepare_module import HOSTFILE, make_job
 
 
 def action(args, pipelining=True, check_mode=False):
-    plugin = action_plugin(ActionModule, "multinode.deepspeed.run_prepare", args, check_mode=check_mode,
-                           connection=node_connection(pipelining))
-    plugin._task.delegate_to = None
-    plugin._task.environment = []
-    plugin.piped = []
-    plugin._low_level_execute_command = bare_python_node(plugin.piped)
-    plugin._execute_module = MagicMock(return_value={"changed": False, "from": "module"})
-    return plugin
+    return direct_action(ActionModule, "multinode.deepspeed.run_prepare", args, pipelining, check_mode)
 
 
 VARS = {"ansible_python_interpreter": "/usr/bin/python3", "inventory_hostname": "coord"}
