@@ -16,12 +16,12 @@ __metaclass__ = type
 import json
 import os
 import pwd
-import subprocess
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
     MASTER_PORT, default_interface, meminfo_total_mb, parse_env, port_state, read_versions, tracker_packages)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run
 
 # The module's argument spec (the action plugin checks a task's arguments against the same one).
 ARGUMENT_SPEC = dict(
@@ -49,16 +49,6 @@ def which(name, required=False):
         if directory and os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
-
-
-def run(argv):
-    """``(rc, stdout, stderr)`` of ``argv`` (no shell), as ``AnsibleModule.run_command``."""
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        return 2, "", str(exc)
-    out, err = proc.communicate()
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def read_text(path):

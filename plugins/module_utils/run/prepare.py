@@ -15,13 +15,12 @@ __metaclass__ = type
 
 import json
 import os
-import subprocess
 import tempfile
 import time
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import start_detached
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run, start_detached
 
 
 # The module's argument spec (its action plugin checks a task's arguments against the same one).
@@ -37,17 +36,6 @@ class PrepareError(Exception):
     def __init__(self, msg, **extra):
         super(PrepareError, self).__init__(msg)
         self.extra = extra
-
-
-def _run(argv, env):
-    """``(rc, stdout, stderr)`` of ``argv`` (no shell) with environment ``env``."""
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env)
-    except OSError as exc:
-        return 2, "", str(exc)
-    out, err = proc.communicate()
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def lock_holder(job):
@@ -103,7 +91,7 @@ def fail_checks(job):
             fh.write(job["ds_config"]["text"])
         argv[argv.index("--ds-config") + 1] = path
     try:
-        rc, out, err = _run(argv, env)
+        rc, out, err = run(argv, env)
     finally:
         if path is not None:
             os.remove(path)

@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import os
+import subprocess
 import time
 
 
@@ -77,3 +78,15 @@ def agent_start(p):
         msg, rc = problem
         return dict({} if rc is None else {"rc": rc}, failed=True, msg=msg)
     return {"changed": True, "pid": pid}
+
+
+def run(argv, env=None):
+    """``(rc, stdout, stderr)`` of ``argv`` (no shell; ``env``: the whole environment, or this process's), as
+    ``AnsibleModule.run_command`` gives them; rc 2 when it cannot start."""
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=env)
+    except OSError as exc:
+        return 2, "", str(exc)
+    out, err = proc.communicate()
+    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
