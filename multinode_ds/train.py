@@ -226,6 +226,25 @@ class Ranks(NamedTuple):
     device: Any
 
 
+def wait_for_store(timeout: float = 60.0, interval: float = 0.02) -> bool:
+    """A rank other than 0: wait until the run's store (``MASTER_ADDR:MASTER_PORT``, which rank 0 opens) takes a
+    connection, trying every ``interval`` seconds.  torch's client tries a refused connection again only after a
+    second or so, and the rank that finished its imports first (often not rank 0) waits that long; polling here
+    joins as soon as the store listens.  False after ``timeout`` (torch's own connect then goes on and reports)."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT", "")
+    if os.environ.get("RANK", "0") == "0" or not addr or not port.isdigit():
+        return True
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection((addr, int(port)), timeout=min(1.0, timeout)):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval)
+
+
 def join_ranks(run_dir) -> Ranks:
     """Join the run's process group (gloo on CPU, the accelerator's own backend otherwise) and take this rank's device."""
     import deepspeed
@@ -235,6 +254,7 @@ def join_ranks(run_dir) -> Ranks:
 
     accel = get_accelerator()
     on_cpu = accel.device_name() == "cpu"
+    wait_for_store()
     deepspeed.init_distributed(dist_backend="gloo" if on_cpu else accel.communication_backend_name())
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -21,7 +21,7 @@ options:
   _input:
     description:
       - The settings, keys C(cluster_name), C(partition), C(partition_nodes), C(slurmd_timeout), C(kill_wait), C(batch_sched_delay),
-        C(accounting) (C(slurmdbd) or C(none)), C(proctrack), C(task_plugin), C(select_parameters), C(extra).
+        C(backfill_interval), C(accounting) (C(slurmdbd) or C(none)), C(proctrack), C(task_plugin), C(select_parameters), C(extra).
     type: dict
     required: true
   controller:

@@ -57,10 +57,11 @@ def test_train_through_slurm_leaves_a_completed_job(slurm, run_playbook):
     assert record["name"] == "slurm" and record["state"] == "COMPLETED" and record["exit_code"] == "0:0"
     assert record["nodes"] == "worker[1-2]" and record["source"] == "sacct" and record["elapsed"]
     assert sacct_state(record["job_id"]) == "COMPLETED"
-    # The role's slurm_batch_sched_delay=0: slurmctld places a batch job within its next second, never up to 3 s later.
+    # The role's slurm_batch_sched_delay=0 (slurmctld places a batch job within its next second, never up to 3 s
+    # later) and slurm_backfill_interval=1 (a backfill pass between the loop's).
     config = on_coord("scontrol show config").stdout
     assert [x.split("=", 1)[1].strip() for x in config.splitlines() if x.startswith("SchedulerParameters")] == [
-        "batch_sched_delay=0"], config
+        "bf_interval=1,batch_sched_delay=0"], config
     run = ROOT / "runs" / run_id
     assert sorted(p.name for p in (run / "logs").glob("*_rank*.log")) == ["slurm_rank0.log", "slurm_rank1.log"]
     assert "#SBATCH --kill-on-bad-exit" not in (run / "slurm" / "job.sbatch").read_text()

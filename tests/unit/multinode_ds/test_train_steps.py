@@ -223,3 +223,60 @@ def test_the_generated_config_loads_a_universal_checkpoint_and_accumulates():
     a.load_universal = True
     config = train.deepspeed_config(a, train.Ranks(0, 1, 0, "w1", True, None), 1000)
     assert config["checkpoint"] == {"load_universal": True} and config["gradient_accumulation_steps"] == 2
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_rank_joins_as_soon_as_the_store_listens_not_a_retry_later(monkeypatch):
+    """Ranks other than 0 poll rank 0's store every few hundredths of a second: the store opening 0.3 s late is
+    joined well before torch's own second-long retry would."""
+    import threading
+    import time
+
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("RANK", "1")
+    opened = {}
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen_late():
+        time.sleep(0.3)
+        server.bind(("127.0.0.1", port))
+        server.listen(4)
+        opened["at"] = time.monotonic()
+
+    thread = threading.Thread(target=listen_late)
+    thread.start()
+    try:
+        assert train.wait_for_store(timeout=10, interval=0.01) is True
+        joined = time.monotonic()
+    finally:
+        thread.join()
+        server.close()
+    assert 0 <= joined - opened["at"] < 0.5
+
+
+def test_rank_0_and_a_run_without_a_master_do_not_wait(monkeypatch):
+    port = free_port()  # nothing listens there
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("RANK", "0")
+    assert train.wait_for_store(timeout=5) is True
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("MASTER_ADDR")
+    assert train.wait_for_store(timeout=5) is True
+
+
+def test_a_store_that_never_opens_gives_up_after_the_timeout(monkeypatch):
+    """torch's own connect then goes on (and reports the address it cannot reach)."""
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("RANK", "1")
+    assert train.wait_for_store(timeout=0.2, interval=0.05) is False

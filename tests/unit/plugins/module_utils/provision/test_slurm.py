@@ -48,9 +48,13 @@ def test_batch_jobs_are_scheduled_without_slurms_three_second_delay():
     ns = nodes(hostvars("w1", "10.0.0.1"))
     # The role's default: a run's job that follows another job is not held up to 3 s.
     lines = slurm.render_conf(dict(SETTINGS, batch_sched_delay=0), CONTROLLER, ns).splitlines()
-    assert [x for x in lines if x.startswith("SchedulerParameters=")] == ["SchedulerParameters=batch_sched_delay=0"]
-    # Unset (the filter's callers before the role had the variable): the same.
-    assert "SchedulerParameters=batch_sched_delay=0" in slurm.render_conf(SETTINGS, CONTROLLER, ns).splitlines()
+    assert [x for x in lines if x.startswith("SchedulerParameters=")] == [
+        "SchedulerParameters=bf_interval=1,batch_sched_delay=0"]
+    # Unset (a caller of the filter that does not pass them): the same.
+    assert "SchedulerParameters=bf_interval=1,batch_sched_delay=0" in slurm.render_conf(
+        SETTINGS, CONTROLLER, ns).splitlines()
+    lines = slurm.render_conf(dict(SETTINGS, backfill_interval="30"), CONTROLLER, ns).splitlines()
+    assert "SchedulerParameters=bf_interval=30,batch_sched_delay=0" in lines
     # slurm_conf_extra's SchedulerParameters are kept, in one line, and its own batch_sched_delay wins.
     conf = slurm.render_conf(dict(SETTINGS, batch_sched_delay="2", extra={"SchedulerParameters": "defer,bf_interval=60",
                                                                           "MaxJobCount": 5000}), CONTROLLER, ns)
@@ -59,7 +63,7 @@ def test_batch_jobs_are_scheduled_without_slurms_three_second_delay():
     assert "MaxJobCount=5000" in conf.splitlines()
     conf = slurm.render_conf(dict(SETTINGS, extra={"SchedulerParameters": "batch_sched_delay=5"}), CONTROLLER, ns)
     assert [x for x in conf.splitlines() if x.startswith("SchedulerParameters=")] == [
-        "SchedulerParameters=batch_sched_delay=5"]
+        "SchedulerParameters=batch_sched_delay=5,bf_interval=1"]
 
 
 def test_slurmdbd_conf_has_no_password():
@@ -76,6 +80,9 @@ def test_slurmdbd_conf_has_no_password():
     ({"accounting": "mysql"}, "slurm_accounting='mysql': slurmdbd or none"),
     ({"batch_sched_delay": "-1"}, "slurm_batch_sched_delay='-1' must be a whole number of seconds >= 0"),
     ({"batch_sched_delay": True}, "slurm_batch_sched_delay=True must be a whole number"),
+    ({"backfill_interval": 0}, "slurm_backfill_interval=0 must be a whole number of seconds from 1 to 10800"),
+    ({"backfill_interval": "10801"}, "slurm_backfill_interval='10801' must be a whole number of seconds from 1"),
+    ({"backfill_interval": "1.5"}, "Fix: -e slurm_backfill_interval=1"),
 ])
 def test_bad_settings_name_the_variable_and_the_fix(change, needle):
     ns = nodes(hostvars("worker1", "10.89.0.11"))
