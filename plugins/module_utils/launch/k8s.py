@@ -244,6 +244,15 @@ def objects(job, opts):
     return [service] + pods
 
 
+def deletion(objects, secret):
+    """The run's objects to delete, ``[{"kind", "name"}]``: what the Service owns (the pods, the Secret) first,
+    the Service last.  Deleted the other way round, the garbage collector removes an owned object between the
+    module's read and its delete, and the delete fails on the 404."""
+    owned = [o for o in objects if o["kind"] != "Service"] + [{"kind": "Secret", "metadata": {"name": secret}}]
+    owners = [o for o in objects if o["kind"] == "Service"]
+    return [{"kind": o["kind"], "name": o["metadata"]["name"]} for o in owned + owners]
+
+
 def owner_reference(name, uid):
     """What the pods and the Secret carry: the run's Service owns them (deleting it deletes them)."""
     return {"apiVersion": "v1", "kind": "Service", "name": name, "uid": uid}

@@ -114,8 +114,9 @@ class Tasks(backends.Tasks):
 
     def extra(self, job):
         opts = job["backend_options"]
-        return {"objects": k8s.objects(job, opts), "name": k8s.run_name(job),
-                "secret": k8s.secret_name(k8s.run_name(job)),
+        objects, secret = k8s.objects(job, opts), k8s.secret_name(k8s.run_name(job))
+        return {"objects": objects, "name": k8s.run_name(job), "secret": secret,
+                "delete": k8s.deletion(objects, secret),
                 "per_pod": k8s.per_pod_resources(job, opts), "pods": len(job["rank_hosts"]),
                 "owner": k8s.owner_reference(k8s.run_name(job), None)}
 

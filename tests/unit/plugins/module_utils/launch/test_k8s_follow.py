@@ -209,6 +209,10 @@ def test_the_plan_starts_no_agent_over_ssh_and_gives_the_watch_no_ssh_probe():
     assert launch["tasks"] == "kubernetes" and launch["probe_nodes"] is False
     assert launch["extra"]["per_pod"] == {"nvidia.com/gpu": 2} and launch["extra"]["pods"] == 2
     assert [o["kind"] for o in launch["extra"]["objects"]] == ["Service", "Pod", "Pod"]
+    # Deleted owned objects first: the Service's cascade never removes a pod the play is about to delete by name.
+    assert launch["extra"]["delete"] == [{"kind": "Pod", "name": "mnds-t2-0"}, {"kind": "Pod", "name": "mnds-t2-1"},
+                                         {"kind": "Secret", "name": "mnds-t2-secrets"},
+                                         {"kind": "Service", "name": "mnds-t2"}]
 
 
 def test_running_only_when_every_planned_pod_runs():
