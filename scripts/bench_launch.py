@@ -27,12 +27,15 @@ With --slurm (a cluster provisioned with site.yml -e slurm=true), instead:
              bash -c '<RANK... from SLURM_*>; python -u -m multinode_ds.train ...', with the same
              .deepspeed_env: what a Slurm user would type
   slurm      ansible-playbook train.yml -e backend=slurm -e preflight=false
-  slurm-pf   ansible-playbook train.yml -e backend=slurm (the preflight reused; the first round's
-             run records one)
+  slurm-pf   ansible-playbook train.yml -e backend=slurm (the preflight reused: an untimed
+             -e preflight=force run records it before the first round)
 
 For each: seconds from the command's start to rank 0's first finished step (the time in its
 first step record, metrics/rank0.jsonl; the nodes share this machine's clock), and the whole
-command's wall time.  Prints the medians and their ratios to bare, and writes them as JSON.
+command's wall time.  Each command starts on a quiet machine: the benchmark first waits (up to
+15 s) until the CPU is idle, so that what the previous command left running - a run's report plots,
+drawn after its play ended - is not counted in the next one.  Prints the medians and their ratios to
+bare, and writes them as JSON.
 
 Needs a provisioned local cluster (make cluster && ansible-playbook site.yml).
 """
@@ -102,6 +105,28 @@ def prepare_bare(run_dir: str, hosts: list) -> None:
             + "{ printf '%s\\n' " + " ".join(shlex.quote(line) for line in env_lines)
             + "; grep -E '^[A-Za-z_][A-Za-z0-9_]*=' /etc/multinode-deepspeed/deepspeed_env || true; } > .deepspeed_env")
     podman_exec(COORD, prep)
+
+
+def cpu_busy(window: float = 0.25) -> float:
+    """The share of this machine's CPU time that was busy over ``window`` seconds (0..1, /proc/stat)."""
+    def read():
+        with open("/proc/stat") as fh:
+            v = [int(x) for x in fh.readline().split()[1:]]
+        return sum(v), v[3] + v[4]  # total, idle + iowait
+    t0, i0 = read()
+    time.sleep(window)
+    t1, i1 = read()
+    return 1.0 - (i1 - i0) / max(1, t1 - t0)
+
+
+def settle(limit: float = 15.0, busy: float = 0.15) -> float:
+    """Wait until the machine is quiet (under ``busy`` of its CPU for a quarter second, at most ``limit`` s): what
+    the previous command left running - a run's report plots, drawn in the background after the play ended - is
+    not in the next command's time.  Returns the seconds waited."""
+    t0 = time.time()
+    while time.time() - t0 < limit and cpu_busy() > busy:
+        pass
+    return time.time() - t0
 
 
 def bare(run_id: str, steps: int, model: str) -> dict:
@@ -221,6 +246,9 @@ def main(argv=None) -> int:
                  "slurm": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm",
                                                                              "-e", "preflight=false"]),
                  "slurm-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm"])}
+        # The pass that slurm-pf's rounds reuse (its job is the slurm backend's: Slurm's own checks), not timed.
+        playbook(f"bench-launch-{time.strftime('%Y%m%d-%H%M%S')}-slurm-preflight", args.steps, args.model,
+                 ["-e", "backend=slurm", "-e", "preflight=force"])
     if args.ssh_free and not args.slurm:
         kinds["bare-nossh"] = lambda rid: bare_nossh(rid, args.steps, args.model)
         kinds["ssh-free"] = lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=ssh-free"])
@@ -234,6 +262,7 @@ def main(argv=None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for rnd in range(1, args.rounds + 1):
         for kind, run in kinds.items():
+            settle()
             res = run(f"bench-launch-{stamp}-{rnd}-{kind}")
             results[kind].append(res)
             print(f"round {rnd} {kind:6s} first step {res['first_step_s']:6.1f} s   whole command "

@@ -12,8 +12,11 @@ import os
 import time
 
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import check_settings, reuse_key, reuse_verdict
+
+display = Display()
 
 
 class ActionModule(ActionBase):
@@ -52,5 +55,8 @@ class ActionModule(ActionBase):
         else:
             reuse, why = reuse_verdict(record, key, time.time(), int(max_age))
         result.update(changed=False, reuse=reuse, reason=why, key=key, cache_path=path,
-                      record=record if reuse else None)
+                      record=record if reuse else None,
+                      result=dict(record, reused=True, reason=why) if reuse else None)
+        # Why the checks run or not, in the play's output as the task runs.
+        display.display("Preflight %s: %s" % ("reused" if reuse else "runs", why))
         return result

@@ -11,6 +11,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import prepare
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 
@@ -21,3 +23,10 @@ class ActionModule(node_python.DirectAction):
     NAME = prepare.__name__
     FUNCTION = "run_prepare"
     SPEC = prepare.ARGUMENT_SPEC
+
+    def run(self, tmp=None, task_vars=None):
+        # The run's start on the controller's clock (what the summary counts from), taken as its preparation begins.
+        started = time.time()
+        result = super(ActionModule, self).run(tmp, task_vars)
+        result["started"] = started
+        return result

@@ -115,6 +115,11 @@ agent_node:
   description: O(agent)'s V(node) - whose agent was started, so that the play starts the other nodes' only.
   returned: when it started the agent
   type: str
+started:
+  description: The controller's clock (seconds since the epoch) as the task began - the run's start, which its summary
+    counts from.
+  returned: always
+  type: float
 """
 
 from ansible.module_utils.basic import AnsibleModule

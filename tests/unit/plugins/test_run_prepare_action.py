@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import time
 
 from ansible_collections.multinode.deepspeed.plugins.action.run_prepare import ActionModule
 from tests.unit.plugins.action_task import direct_action
@@ -22,7 +23,10 @@ def test_writes_the_run_directory_and_starts_the_agent(tmp_path):
     agent = {"node": "coord", "argv": [sys.executable, "-c", "import time; print('up'); time.sleep(0.3)"],
              "log": str(log), "chdir": str(tmp_path), "environment": {}}
     plugin = action({"job": job, "agent": agent})
+    before = time.time()
     res = plugin.run(task_vars=VARS)
+    # The run's start, on the controller's clock, as the call began (the summary counts from it).
+    assert before <= res["started"] <= time.time()
     assert not plugin._execute_module.called and plugin.piped == [("/usr/bin/python3", True)]
     run_dir = tmp_path / "shared" / "runs" / "r1"
     assert res["changed"] is True and (run_dir / "hostfile").read_text() == HOSTFILE
@@ -54,5 +58,5 @@ def test_the_module_runs_in_check_mode_or_without_pipelining(tmp_path):
     for how in ({"pipelining": False}, {"check_mode": True}):
         plugin = action({"job": make_job(tmp_path)}, **how)
         res = plugin.run(task_vars=VARS)
-        assert plugin.piped == [] and res["from"] == "module"
+        assert plugin.piped == [] and res["from"] == "module" and isinstance(res["started"], float)
     assert not (tmp_path / "shared" / "runs" / "r1").exists()
