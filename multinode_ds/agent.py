@@ -39,11 +39,12 @@ import sys
 import time
 from pathlib import Path
 
+from multinode_ds.rank import SECRET_VAR, read_env_file  # noqa: F401  (the agent's too)
+
 MARKER = "MULTINODE_DS_RUN_ID"
 # File errors a shared disk gives (full, gone stale, failing): retried, then the node's ranks are stopped.
 IO_ERRORS = {errno.ENOSPC: "disk full", errno.EDQUOT: "disk quota exceeded", errno.ESTALE: "stale file handle",
              errno.EIO: "I/O error", errno.EROFS: "read-only file system"}
-SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
 # How often a pause between heartbeats looks for the launcher's exit and the controller's records (seconds).
 WAKE = 0.1
 EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
@@ -52,17 +53,6 @@ EXIT_LINE = re.compile(r"exits with return code = (-?\d+)")
 # to host ... Connection refused") say why.
 SSH_FAILED = 255
 NODE_EXIT_LINE = re.compile(r"^pdsh@[^:\s]+: ([^:\s]+): \S+ exited with exit code (-?\d+)")
-
-
-def read_env_file(path: Path) -> dict:
-    """KEY=VALUE lines of a .deepspeed_env file."""
-    env = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, value = line.split("=", 1)
-                env[key.strip()] = value
-    return env
 
 
 def run_pids(run_id: str, exclude=(), uid=None) -> list[int]:

@@ -17,18 +17,32 @@ and no secret is on a command line or in a file of the run directory.
 """
 from __future__ import annotations
 
-import argparse
+# Only what a rank's start needs: this module runs once per rank, before the program's own imports, so it loads no
+# more than json (argparse for --help or a bad argument, the checkpoints module for a later attempt's resume).
 import json
 import os
 import sys
-from pathlib import Path
-
-from multinode_ds import checkpoints
-from multinode_ds.agent import SECRET_VAR, read_env_file
 
 PROGRAM_FILE = "program.json"
 WORKDIR_VAR = "MULTINODE_DS_WORKDIR"
 ENV_FILE = "rank.env"
+# The variable naming the node-local file of the run's secrets (rank.env holds its path, never a secret).
+SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
+
+
+def read_env_file(path) -> dict:
+    """KEY=VALUE lines of a .deepspeed_env or rank.env file (``{}`` when there is none)."""
+    env = {}
+    try:
+        with open(path) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return env
+    for line in text.splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value
+    return env
 
 
 def read_secrets(path: str) -> dict:
@@ -57,35 +71,37 @@ def resume_tag(env: dict) -> str:
     attempt or when there is none.  Every rank reads the same shared directory, so they agree."""
     if str(env.get("MULTINODE_DS_ATTEMPT") or "1") == "1" or not env.get("MULTINODE_DS_CHECKPOINT_DIR"):
         return ""
+    from multinode_ds import checkpoints  # pylint: disable=import-outside-toplevel  (a later attempt only)
     try:
         return checkpoints.choose(env["MULTINODE_DS_CHECKPOINT_DIR"])["tag"]
     except checkpoints.CheckpointError:
         return ""
 
 
-def rank_environment(run_dir: Path, base: dict, extra: dict | None = None) -> dict:
+def rank_environment(run_dir, base: dict, extra: dict | None = None) -> dict:
     """``base`` (the launcher's environment), then ``rank.env``, then ``extra`` (what the launcher gives this
     rank: RANK, LOCAL_RANK...), then the secrets; and the checkpoint a later attempt resumes from."""
     env = dict(base)
-    env.update(read_env_file(run_dir / ENV_FILE))
+    env.update(read_env_file(os.path.join(run_dir, ENV_FILE)))
     env.update(extra or {})
     env.update(read_secrets(env.get(SECRET_VAR, "")))
     env["MULTINODE_DS_RESUME_TAG"] = resume_tag(env)
     return env
 
 
-def read_program(run_dir: Path) -> list:
+def read_program(run_dir) -> list:
+    path = os.path.join(run_dir, PROGRAM_FILE)
     try:
-        program = json.loads((run_dir / PROGRAM_FILE).read_text())
+        with open(path) as fh:
+            program = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise SystemExit("multinode_ds.rank: cannot read the program to start (%s): %s" % (run_dir / PROGRAM_FILE,
-                                                                                           exc))
+        raise SystemExit("multinode_ds.rank: cannot read the program to start (%s): %s" % (path, exc))
     if not isinstance(program, list) or not program or not all(isinstance(a, str) for a in program):
-        raise SystemExit("multinode_ds.rank: %s is not a list of arguments" % (run_dir / PROGRAM_FILE))
+        raise SystemExit("multinode_ds.rank: %s is not a list of arguments" % path)
     return program
 
 
-def become(run_dir: Path, local_rank, extra: dict | None = None):
+def become(run_dir, local_rank, extra: dict | None = None):
     """Replace this process by the rank's program (the PID stays: the launcher waits on it)."""
     program = read_program(run_dir)
     env = rank_environment(run_dir, os.environ, extra)
@@ -96,17 +112,35 @@ def become(run_dir: Path, local_rank, extra: dict | None = None):
 
 
 def parse_args(argv=None):
+    """``{"run_dir", "local_rank"}`` from ``--run-dir D [--local_rank=N]`` (also ``--opt value`` and
+    ``--local-rank``); anything else - ``--help``, a missing or unknown option - goes to argparse, for its usage and
+    error message."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    names = {"--run-dir": "run_dir", "--local_rank": "local_rank", "--local-rank": "local_rank"}
+    out, i = {"run_dir": None, "local_rank": None}, 0
+    while i < len(argv):
+        opt, eq, value = argv[i].partition("=")
+        if opt not in names or (not eq and i + 1 >= len(argv)):
+            break
+        if not eq:
+            i += 1
+            value = argv[i]
+        out[names[opt]] = value
+        i += 1
+    if i == len(argv) and out["run_dir"]:
+        return out
+    import argparse  # pylint: disable=import-outside-toplevel  (usage and errors only)
     p = argparse.ArgumentParser(prog="python -m multinode_ds.rank", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--local_rank", "--local-rank", dest="local_rank", default=None)
-    return p.parse_args(argv)
+    return vars(p.parse_args(argv))
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    local_rank = args.local_rank if args.local_rank is not None else os.environ.get("LOCAL_RANK", "0")
-    become(Path(args.run_dir), local_rank)
+    local_rank = args["local_rank"] if args["local_rank"] is not None else os.environ.get("LOCAL_RANK", "0")
+    become(args["run_dir"], local_rank)
     return 127  # not reached
 
 

@@ -1,4 +1,4 @@
-"""The Slurm backend's node side: submit and follow the run's batch job, and start one rank under srun.
+"""The Slurm backend's node side: submit and follow the run's batch job.
 
 ``python -m multinode_ds.slurm job --run-dir D``
     On the coordinator (started by the run's agent): ``sbatch --parsable D/slurm/job.sbatch``, then follow the
@@ -8,11 +8,8 @@
     watch and every agent read it).  SIGTERM or SIGINT (the agent stopping the run: Ctrl-C on the controller,
     the run's timeout, a stale lease) runs ``scancel``.  Exits 0 only when the job COMPLETED with exit code 0.
 
-``python -m multinode_ds.slurm rank --run-dir D --master-addr A --master-port P``
-    On each rank's node, under srun: the variables DeepSpeed's own launcher gives a rank (RANK, LOCAL_RANK,
-    WORLD_SIZE, LOCAL_SIZE, CROSS_RANK, CROSS_SIZE, MASTER_ADDR, MASTER_PORT) from srun's (SLURM_PROCID,
-    SLURM_LOCALID, ...), then it becomes the run's program as ``multinode_ds.rank`` does (``D/program.json``,
-    ``D/rank.env``, the run's secrets): ``python -u [-m] SCRIPT --local_rank=N ARGS``.
+Each rank, under srun, is ``python -m multinode_ds.slurm_rank`` (a module of its own: it loads only what a rank's
+start needs).
 """
 from __future__ import annotations
 
@@ -27,56 +24,12 @@ import time
 from pathlib import Path
 
 from multinode_ds.agent import MARKER, write_json
-from multinode_ds.rank import become
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
             "DEADLINE")
 # srun's words for a task ended by a signal -> the exit code DeepSpeed's launcher reports for it (-signal).
 SIGNALS = {"Killed": -9, "Terminated": -15, "Segmentation fault": -11, "Aborted": -6, "Bus error": -7,
            "Floating point exception": -8, "Hangup": -1, "Interrupt": -2, "User defined signal 1": -10}
-
-
-# --------------------------------------------------------------------------- one rank
-
-def local_size(tasks_per_node: str, node_id: int) -> int:
-    """SLURM_TASKS_PER_NODE ('2(x3),1') -> the task count on node ``node_id`` of the step."""
-    counts = []
-    for part in tasks_per_node.split(","):
-        if "(x" in part:
-            n, times = part.rstrip(")").split("(x")
-            counts += [int(n)] * int(times)
-        elif part.strip():
-            counts.append(int(part))
-    return counts[node_id] if node_id < len(counts) else 1
-
-
-def rank_env(slurm: dict, master_addr: str, master_port: str, tasks=None) -> dict:
-    """What DeepSpeed's launcher gives a rank, from srun's variables.  With ``tasks`` (the run's tasks file: the
-    node of each rank, in the plan's order), the node's position and rank count come from it: srun's
-    SLURM_NODEID follows slurm.conf's order of the nodes, not the plan's."""
-    rank = int(slurm["SLURM_PROCID"])
-    node_id = int(slurm.get("SLURM_NODEID", "0"))
-    local = str(local_size(slurm.get("SLURM_STEP_TASKS_PER_NODE") or slurm.get("SLURM_TASKS_PER_NODE") or "1",
-                           node_id))
-    cross, cross_size = str(node_id), slurm.get("SLURM_STEP_NUM_NODES") or slurm.get("SLURM_NNODES", "1")
-    if tasks and rank < len(tasks):
-        nodes = list(dict.fromkeys(tasks))
-        cross, cross_size, local = str(nodes.index(tasks[rank])), str(len(nodes)), str(tasks.count(tasks[rank]))
-    return {
-        "RANK": slurm["SLURM_PROCID"], "WORLD_SIZE": slurm["SLURM_NTASKS"], "LOCAL_RANK": slurm["SLURM_LOCALID"],
-        "LOCAL_SIZE": local, "CROSS_RANK": cross, "CROSS_SIZE": cross_size,
-        "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port),
-    }
-
-
-def rank_main(args) -> int:
-    try:
-        tasks = (Path(args.run_dir) / "slurm" / "tasks").read_text().split()
-    except OSError:
-        tasks = None
-    become(Path(args.run_dir), os.environ["SLURM_LOCALID"],
-           rank_env(os.environ, args.master_addr, args.master_port, tasks))
-    return 127  # not reached
 
 
 # --------------------------------------------------------------------------- the job
@@ -460,18 +413,11 @@ def parse_args(argv=None):
     j.add_argument("--host", default=None, help="the coordinator's inventory name (default: its hostname)")
     j.add_argument("--poll", type=float, default=0.5,
                    help="seconds between two looks at the job (scontrol, a cheap call): its end is seen at once")
-    r = sub.add_parser("rank", help="start one rank (under srun)")
-    r.add_argument("--run-dir", required=True)
-    r.add_argument("--master-addr", required=True)
-    r.add_argument("--master-port", required=True)
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.what == "rank":
-        return rank_main(args)
-    return Job(args).run()
+    return Job(parse_args(argv)).run()
 
 
 if __name__ == "__main__":

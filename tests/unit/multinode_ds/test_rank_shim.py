@@ -88,3 +88,25 @@ def test_a_later_attempt_gets_the_newest_whole_checkpoint_as_its_resume_tag(tmp_
     assert resume_tag(env) == "step6"
     assert resume_tag(dict(env, MULTINODE_DS_ATTEMPT="1")) == ""
     assert resume_tag({"MULTINODE_DS_ATTEMPT": "3"}) == ""
+
+
+def test_the_shims_arguments_in_every_form_and_argparse_for_the_rest(capsys):
+    assert rank.parse_args(["--local_rank=2", "--run-dir", "/d"]) == {"run_dir": "/d", "local_rank": "2"}
+    assert rank.parse_args(["--run-dir=/d e"]) == {"run_dir": "/d e", "local_rank": None}
+    assert rank.parse_args(["--local-rank", "3", "--run-dir", "/d"]) == {"run_dir": "/d", "local_rank": "3"}
+    for bad in ([], ["--run-dir"], ["--bogus", "x", "--run-dir", "/d"], ["--local_rank=1"]):
+        with pytest.raises(SystemExit) as exc:
+            rank.parse_args(bad)
+        assert exc.value.code == 2
+    assert "usage: python -m multinode_ds.rank" in capsys.readouterr().err
+
+
+def test_a_ranks_start_loads_only_what_it_needs():
+    """multinode_ds.rank and multinode_ds.slurm_rank run once per rank before its program's imports: neither loads
+    argparse, pathlib, subprocess, the agent or the checkpoints module."""
+    heavy = ("argparse", "pathlib", "subprocess", "multinode_ds.agent", "multinode_ds.checkpoints")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", "import sys, multinode_ds.rank, multinode_ds.slurm_rank; "
+                           "print(sorted(m for m in %r if m in sys.modules))" % (heavy,)],
+                          env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"

@@ -1,20 +1,22 @@
-"""multinode_ds/slurm.py: a rank's variables from srun's, and
+"""multinode_ds/slurm_rank.py: a rank's variables from srun's; multinode_ds/slurm.py:
 how the job's end is read (srun's own lines, recorded in the run's ABORT)."""
 import json
 from pathlib import Path
 
-from multinode_ds import slurm
+import pytest
+
+from multinode_ds import slurm, slurm_rank
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
 
 def test_local_size_from_slurms_tasks_per_node():
-    assert slurm.local_size("2(x3),1", 0) == 2 and slurm.local_size("2(x3),1", 3) == 1
-    assert slurm.local_size("4", 0) == 4
+    assert slurm_rank.local_size("2(x3),1", 0) == 2 and slurm_rank.local_size("2(x3),1", 3) == 1
+    assert slurm_rank.local_size("4", 0) == 4
 
 
 def test_rank_variables_from_sruns():
-    env = slurm.rank_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+    env = slurm_rank.rank_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
                           "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500)
     assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_SIZE": "2", "CROSS_RANK": "1",
                    "CROSS_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
@@ -22,7 +24,7 @@ def test_rank_variables_from_sruns():
 
 def test_the_plans_node_order_not_slurms():
     # slurm.conf lists worker2 first (SLURM_NODEID 0), the plan puts worker1 first.
-    env = slurm.rank_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+    env = slurm_rank.rank_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
                           "SLURM_STEP_TASKS_PER_NODE": "1,2", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500,
                          ["worker1", "worker1", "worker2"])
     assert (env["CROSS_RANK"], env["CROSS_SIZE"], env["LOCAL_SIZE"]) == ("1", "2", "1")
@@ -164,3 +166,11 @@ def test_the_job_agent_writes_the_queue_record_when_it_changes(tmp_path, monkeyp
     job.info = slurm.parse_scontrol(RUNNING)
     job.note_queue()
     assert json.loads((tmp_path / "control" / "queue.json").read_text())["started"] == 150.0
+
+
+def test_the_rank_shims_three_options_are_required():
+    argv = ["--run-dir", "/d", "--master-addr=10.0.0.1", "--master-port", "29500"]
+    assert slurm_rank.parse_args(argv) == {"run_dir": "/d", "master_addr": "10.0.0.1", "master_port": "29500"}
+    for bad in (argv[:3], argv + ["--extra"], []):
+        with pytest.raises(SystemExit):
+            slurm_rank.parse_args(bad)

@@ -5,7 +5,7 @@
 every rank (``--kill-on-bad-exit=1``); a run stops with scancel.  No SSH between nodes.
 
 Where ranks start: ``srun --distribution=arbitrary`` with the plan's rank order (``slurm/tasks``), each rank
-through ``multinode_ds.slurm rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
+through ``multinode_ds.slurm_rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
 What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
 How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
 Preflight: roles/backend/tasks/slurm.yml (munge, the partition, Slurm's versions).
@@ -96,7 +96,7 @@ class Start(backends.Start):
 
     @staticmethod
     def rank_argv(job):
-        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "rank", "--run-dir", job["run_dir"],
+        return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm_rank", "--run-dir", job["run_dir"],
                 "--master-addr", job["master_addr"], "--master-port", str(job["master_port"])]
 
     def files(self, job):

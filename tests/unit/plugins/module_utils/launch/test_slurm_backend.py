@@ -78,9 +78,9 @@ def test_srun_kills_every_rank_on_a_bad_exit_and_starts_the_plans_program():
     assert argv[:5] == ["--kill-on-bad-exit=1", "--distribution=arbitrary", "--ntasks=2", "--cpu-bind=none",
                         "--output=/srv/multinode-deepspeed/runs/r1/logs/slurm_rank%t.log"]
     rank = argv[5:]
-    assert rank[:9] == [PY, "-m", "multinode_ds.slurm", "rank", "--run-dir", "/srv/multinode-deepspeed/runs/r1",
+    assert rank[:8] == [PY, "-m", "multinode_ds.slurm_rank", "--run-dir", "/srv/multinode-deepspeed/runs/r1",
                         "--master-addr", "10.89.0.11", "--master-port"]
-    assert rank[9:] == ["29500"]  # the program comes from program.json (multinode_ds.rank)
+    assert rank[8:] == ["29500"]  # the program comes from program.json (multinode_ds.rank)
 
 
 def test_the_tasks_file_follows_the_plans_rank_order():
