@@ -71,7 +71,8 @@ def resume_tag(env: dict) -> str:
     attempt or when there is none.  Every rank reads the same shared directory, so they agree."""
     if str(env.get("MULTINODE_DS_ATTEMPT") or "1") == "1" or not env.get("MULTINODE_DS_CHECKPOINT_DIR"):
         return ""
-    from multinode_ds import checkpoints  # pylint: disable=import-outside-toplevel  (a later attempt only)
+    # A later attempt only: the first attempt's ranks never load the checkpoints module.
+    from multinode_ds import checkpoints  # pylint: disable=import-outside-toplevel
     try:
         return checkpoints.choose(env["MULTINODE_DS_CHECKPOINT_DIR"])["tag"]
     except checkpoints.CheckpointError:
@@ -129,7 +130,8 @@ def parse_args(argv=None):
         i += 1
     if i == len(argv) and out["run_dir"]:
         return out
-    import argparse  # pylint: disable=import-outside-toplevel  (usage and errors only)
+    # Usage and errors only: a good command line never loads argparse.
+    import argparse  # pylint: disable=import-outside-toplevel
     p = argparse.ArgumentParser(prog="python -m multinode_ds.rank", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run-dir", required=True)

@@ -66,7 +66,8 @@ def parse_args(argv=None) -> dict:
         i += 1
     if i == len(argv) and len(out) == len(OPTIONS):
         return out
-    import argparse  # pylint: disable=import-outside-toplevel  (usage and errors only)
+    # Usage and errors only: a good command line never loads argparse.
+    import argparse  # pylint: disable=import-outside-toplevel
     p = argparse.ArgumentParser(prog="python -m multinode_ds.slurm_rank", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for opt in OPTIONS:

@@ -23,7 +23,7 @@ description:
     model or step count keeps the hash.
   - The preflight stands (C(reuse)) when one is found that is at most O(max_age) seconds old; anything else -
     another layout, a changed package, a moved node, an older record, O(force) - says why it must run again.
-  - Prints that verdict as the task runs - C(Preflight reused: <reason>) or C(Preflight runs: <reason>).
+  - "Prints that verdict as the task runs - C(Preflight reused: <reason>) or C(Preflight runs: <reason>)."
   - A failed preflight removes the record, so the next launch checks again.
   - The C(preflight) role runs it first (C(tasks/decide.yml)). It reads one file and writes nothing.
 extends_documentation_fragment:
@@ -100,7 +100,7 @@ record:
   type: dict
 result:
   description:
-    - The run's record of the preflight when it stands - O(record) with C(reused=true) and C(reason) - else null
+    - The run's record of the preflight when it stands - RV(record) with C(reused=true) and C(reason) - else null
       (the checks that run make it).
   returned: always
   type: dict

@@ -17,7 +17,7 @@ def test_local_size_from_slurms_tasks_per_node():
 
 def test_rank_variables_from_sruns():
     env = slurm_rank.rank_env({"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-                          "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500)
+                               "SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500)
     assert env == {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_SIZE": "2", "CROSS_RANK": "1",
                    "CROSS_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
 
@@ -25,8 +25,8 @@ def test_rank_variables_from_sruns():
 def test_the_plans_node_order_not_slurms():
     # slurm.conf lists worker2 first (SLURM_NODEID 0), the plan puts worker1 first.
     env = slurm_rank.rank_env({"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-                          "SLURM_STEP_TASKS_PER_NODE": "1,2", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500,
-                         ["worker1", "worker1", "worker2"])
+                               "SLURM_STEP_TASKS_PER_NODE": "1,2", "SLURM_STEP_NUM_NODES": "2"}, "10.0.0.1", 29500,
+                              ["worker1", "worker1", "worker2"])
     assert (env["CROSS_RANK"], env["CROSS_SIZE"], env["LOCAL_SIZE"]) == ("1", "2", "1")
 
 
