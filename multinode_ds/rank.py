@@ -112,24 +112,31 @@ def become(run_dir, local_rank, extra: dict | None = None):
     os.execvpe(argv[0], argv, env)
 
 
-def parse_args(argv=None):
-    """``{"run_dir", "local_rank"}`` from ``--run-dir D [--local_rank=N]`` (also ``--opt value`` and
-    ``--local-rank``); anything else - ``--help``, a missing or unknown option - goes to argparse, for its usage and
-    error message."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    names = {"--run-dir": "run_dir", "--local_rank": "local_rank", "--local-rank": "local_rank"}
-    out, i = {"run_dir": None, "local_rank": None}, 0
+def options(argv, names: dict):
+    """``{dest: value}`` from ``argv`` when it holds only the options of ``names`` (option -> dest), each as
+    ``--opt value`` or ``--opt=value``; None for anything else (``--help``, an unknown option, a missing value),
+    which the caller hands to argparse for its usage and error message.  No argparse on a rank's way to its
+    program."""
+    out, i = {}, 0
     while i < len(argv):
         opt, eq, value = argv[i].partition("=")
         if opt not in names or (not eq and i + 1 >= len(argv)):
-            break
+            return None
         if not eq:
             i += 1
             value = argv[i]
         out[names[opt]] = value
         i += 1
-    if i == len(argv) and out["run_dir"]:
-        return out
+    return out
+
+
+def parse_args(argv=None):
+    """``{"run_dir", "local_rank"}`` from ``--run-dir D [--local_rank=N]`` (``--local-rank`` too); anything else goes
+    to argparse, for its usage and error message."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    out = options(argv, {"--run-dir": "run_dir", "--local_rank": "local_rank", "--local-rank": "local_rank"})
+    if out is not None and out.get("run_dir"):
+        return {"run_dir": out["run_dir"], "local_rank": out.get("local_rank")}
     # Usage and errors only: a good command line never loads argparse.
     import argparse  # pylint: disable=import-outside-toplevel
     p = argparse.ArgumentParser(prog="python -m multinode_ds.rank", description=__doc__,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from multinode_ds.rank import become
+from multinode_ds.rank import become, options
 
 TASKS_FILE = "slurm/tasks"
 OPTIONS = {"--run-dir": "run_dir", "--master-addr": "master_addr", "--master-port": "master_port"}
@@ -54,17 +54,8 @@ def parse_args(argv=None) -> dict:
     """The three options (``--opt value`` or ``--opt=value``), all required; anything else goes to argparse, for
     its usage and error message."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    out, i = {}, 0
-    while i < len(argv):
-        opt, eq, value = argv[i].partition("=")
-        if opt not in OPTIONS or (not eq and i + 1 >= len(argv)):
-            break
-        if not eq:
-            i += 1
-            value = argv[i]
-        out[OPTIONS[opt]] = value
-        i += 1
-    if i == len(argv) and len(out) == len(OPTIONS):
+    out = options(argv, OPTIONS)
+    if out is not None and len(out) == len(OPTIONS):
         return out
     # Usage and errors only: a good command line never loads argparse.
     import argparse  # pylint: disable=import-outside-toplevel
