@@ -39,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-from multinode_ds.rank import SECRET_VAR, read_env_file  # noqa: F401  (the agent's too)
+from multinode_ds.rank import SECRET_VAR, read_env_file
 
 MARKER = "MULTINODE_DS_RUN_ID"
 # File errors a shared disk gives (full, gone stale, failing): retried, then the node's ranks are stopped.
