@@ -10,7 +10,7 @@ WORKERS ?= 2
 # A comma inside $(or ...) separates its arguments: defaults that are lists use this.
 comma := ,
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-workdir docs
+.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-floor bench-workdir docs
 
 setup:
 	@scripts/setup
@@ -70,6 +70,10 @@ bench-site:
 # Ansible's part of a launch and a no-op site.yml per node at 2, 4, 8 and 16 workers (remakes the cluster at each size).
 bench-scale:
 	$(BIN)/python scripts/bench_scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5)
+
+# The least a launch costs as the cluster grows, with no Ansible: pdsh's start and a node read at SIZES node names over the workers.
+bench-floor:
+	$(BIN)/python scripts/bench_floor.py --sizes $(or $(SIZES),2$(comma)16) --rounds $(or $(ROUNDS),3)
 
 # A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
 bench-recovery:

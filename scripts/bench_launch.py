@@ -26,6 +26,9 @@ With --slurm (a cluster provisioned with site.yml -e slurm=true), instead:
   srun       on the coordinator: srun --nodes=2 --ntasks-per-node=1 --exclusive --kill-on-bad-exit=1
              bash -c '<RANK... from SLURM_*>; python -u -m multinode_ds.train ...', with the same
              .deepspeed_env: what a Slurm user would type
+  sbatch     the batch script the slurm backend writes (an untimed train.yml -e slurm_submit=false first), then
+             on the coordinator: sbatch <run>/slurm/job.sbatch, and squeue every 0.1 s until the job has left
+             the queue: the same job as a batch job, by hand
   slurm      ansible-playbook train.yml -e backend=slurm -e preflight=false
   slurm-pf   ansible-playbook train.yml -e backend=slurm (the preflight reused: an untimed
              -e preflight=force run records it before the first round)
@@ -198,6 +201,24 @@ def srun(run_id: str, steps: int, model: str) -> dict:
     return timed_on([(COORD, cmd)], run_dir, "srun.log", "srun")
 
 
+def sbatch(run_id: str, steps: int, model: str) -> dict:
+    """The slurm backend's batch script, submitted by hand: train.yml -e slurm_submit=false writes the run (not
+    timed), then sbatch on the coordinator, timed as srun by hand is, to the job's end."""
+    argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
+            "-e", f"run_id={run_id}", "-e", "backend=slurm", "-e", "slurm_submit=false", "-e", "preflight=false"]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"[bench-launch] {' '.join(argv[1:])} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
+    settle()
+    run_dir = f"{SHARED}/runs/{run_id}"
+    # Until the job leaves the queue, looked at every 0.1 s (sbatch --wait looks every few seconds), then its state.
+    return timed_on([(COORD, f"cd {run_dir} && j=$(sbatch --parsable slurm/job.sbatch) && while [ -n "
+                             "\"$(squeue -h -j $j -t PD,CF,R,CG -o %i)\" ]; do sleep 0.1; done && "
+                             "scontrol -o show job $j | grep -q JobState=COMPLETED")], run_dir, "slurm/batch-*.out",
+                    "sbatch")
+
+
 def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:
     argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
             "-e", f"run_id={run_id}", *extra]
@@ -231,7 +252,7 @@ def main(argv=None) -> int:
                    help="also DeepSpeed without SSH by hand and train.yml -e backend=ssh-free (kinds bare-nossh, "
                         "ssh-free)")
     p.add_argument("--slurm", action="store_true",
-                   help="the slurm backend against srun by hand (kinds srun, slurm, slurm-pf)")
+                   help="the slurm backend against srun by hand (kinds srun, sbatch, slurm, slurm-pf)")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.steps < 1:
         p.error("--rounds and --steps must be at least 1")
@@ -243,6 +264,7 @@ def main(argv=None) -> int:
              "no-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"])}
     if args.slurm:
         kinds = {"srun": lambda rid: srun(rid, args.steps, args.model),
+                 "sbatch": lambda rid: sbatch(rid, args.steps, args.model),
                  "slurm": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm",
                                                                              "-e", "preflight=false"]),
                  "slurm-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "backend=slurm"])}

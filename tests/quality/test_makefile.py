@@ -21,6 +21,7 @@ def planned(target, *assignments):
     ("bench-site", ["--sizes", "2,8", "--rounds", "3"], ["--sizes", "4,16", "--rounds", "7"]),
     ("bench-scale", ["--sizes", "2,4,8,16", "--rounds", "2", "--steps", "5"],
      ["--sizes", "4,16", "--rounds", "7", "--steps", "9"]),
+    ("bench-floor", ["--sizes", "2,16", "--rounds", "3"], ["--sizes", "4,16", "--rounds", "7"]),
 ])
 def test_benchmark_defaults_and_overrides(target, default, given):
     argv = planned(target)
