@@ -35,6 +35,7 @@ from bench_launch import COORD, INVENTORY, VENV, podman_exec, settle, workers  #
 WORK = "/tmp/mnds-floor"  # on the coordinator, the run account's: the SSH configurations and kept connections
 OUT = "/tmp/mnds-floor-out"  # on each worker: one record per name
 PY = f"{VENV}/bin/python"
+MAX_NAMES = 64  # the largest cluster the collection is made for
 
 # Each name's agent: the interpreter starts, the agent's module is imported, the moment is recorded under the name.
 AGENT = ("import sys, time; t = time.time(); import multinode_ds.agent; "
@@ -132,8 +133,8 @@ def main(argv=None) -> int:
         sizes = sorted(set(int(s) for s in args.sizes.split(",") if s.strip()))
     except ValueError:
         p.error(f"--sizes {args.sizes!r}: comma-separated counts, e.g. 2,16")
-    if not sizes or sizes[0] < 1 or sizes[-1] > 26 * 4 or args.rounds < 1:
-        p.error("--sizes: counts from 1 to 104; --rounds: at least 1")
+    if not sizes or sizes[0] < 1 or sizes[-1] > MAX_NAMES or args.rounds < 1:
+        p.error(f"--sizes: counts from 1 to {MAX_NAMES}; --rounds: at least 1")
     if not INVENTORY.exists():
         raise SystemExit("[bench-floor] no local cluster: make cluster, then ansible-playbook site.yml")
     hosts = [pair[0] for pair in workers()]
