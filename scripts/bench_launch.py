@@ -201,25 +201,8 @@ def srun(run_id: str, steps: int, model: str) -> dict:
     return timed_on([(COORD, cmd)], run_dir, "srun.log", "srun")
 
 
-def sbatch(run_id: str, steps: int, model: str) -> dict:
-    """The slurm backend's batch script, submitted by hand: train.yml -e slurm_submit=false writes the run (not
-    timed), then sbatch on the coordinator, timed as srun by hand is, to the job's end."""
-    argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
-            "-e", f"run_id={run_id}", "-e", "backend=slurm", "-e", "slurm_submit=false", "-e", "preflight=false"]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
-    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise SystemExit(f"[bench-launch] {' '.join(argv[1:])} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
-    settle()
-    run_dir = f"{SHARED}/runs/{run_id}"
-    # Until the job leaves the queue, looked at every 0.1 s (sbatch --wait looks every few seconds), then its state.
-    return timed_on([(COORD, f"cd {run_dir} && j=$(sbatch --parsable slurm/job.sbatch) && while [ -n "
-                             "\"$(squeue -h -j $j -t PD,CF,R,CG -o %i)\" ]; do sleep 0.1; done && "
-                             "scontrol -o show job $j | grep -q JobState=COMPLETED")], run_dir, "slurm/batch-*.out",
-                    "sbatch")
-
-
-def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:
+def train(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> float:
+    """ansible-playbook train.yml for this run, which must succeed; returns its wall time."""
     argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", f"model={model}", "-e", f"steps={steps}",
             "-e", f"run_id={run_id}", *extra]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
@@ -232,6 +215,25 @@ def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str
     wall = time.time() - t0
     if res.returncode != 0:
         raise SystemExit(f"[bench-launch] {' '.join(argv[1:])} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
+    return wall
+
+
+def sbatch(run_id: str, steps: int, model: str) -> dict:
+    """The slurm backend's batch script, submitted by hand: train.yml -e slurm_submit=false writes the run (not
+    timed), then sbatch on the coordinator, timed as srun by hand is, to the job's end."""
+    train(run_id, steps, model, ["-e", "backend=slurm", "-e", "slurm_submit=false", "-e", "preflight=false"])
+    settle()
+    run_dir = f"{SHARED}/runs/{run_id}"
+    # Until the job leaves the queue, looked at every 0.1 s (sbatch --wait looks every few seconds), then its state.
+    return timed_on([(COORD, f"cd {run_dir} && j=$(sbatch --parsable slurm/job.sbatch) && while [ -n "
+                             "\"$(squeue -h -j $j -t PD,CF,R,CG -o %i)\" ]; do sleep 0.1; done && "
+                             "scontrol -o show job $j | grep -q JobState=COMPLETED")], run_dir, "slurm/batch-*.out",
+                    "sbatch")
+
+
+def playbook(run_id: str, steps: int, model: str, extra: list[str], mitogen: str | None = None) -> dict:
+    t0 = time.time()
+    wall = train(run_id, steps, model, extra, mitogen)
     metrics = (ROOT / "runs" / run_id / "metrics" / "rank0.jsonl").read_text()
     first = first_step_time(metrics)
     if first is None:
