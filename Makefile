@@ -1,6 +1,7 @@
 # multinode.deepspeed: the two commands of the README, and their parts.
 #   make demo   set up, start the local cluster, provision it, train across two workers
-#   make test   unit tests, lint, sanity, end-to-end on the local cluster
+#   make test   unit tests, lint, sanity, end-to-end on the local cluster (the full check; CI runs it)
+#   make test-fast  the inner loop: unit tests and the quality gates but lint and sanity, no cluster
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ WORKERS ?= 2
 # A comma inside $(or ...) separates its arguments: defaults that are lists use this.
 comma := ,
 
-.PHONY: setup cluster cluster-down site train demo test unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-floor bench-workdir docs
+.PHONY: setup cluster cluster-down site train demo test test-fast unit lint sanity e2e build clean bench-launch bench-slurm bench-recovery bench-site bench-scale bench-floor bench-workdir docs
 
 setup:
 	@scripts/setup
@@ -51,6 +52,11 @@ build: setup
 
 test: setup
 	@scripts/test
+
+# The inner loop (a few minutes, no cluster): the unit tests and the quality gates other than ansible-lint and
+# ansible-test sanity (make lint, make sanity). The time by phase is in tests/output/test-phases.json.
+test-fast: setup
+	$(BIN)/python -m pytest tests/unit tests/quality -p no:cacheprovider -q -k "not test_ansible_lint and not test_ansible_test_sanity"
 
 # Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=5 by default: three rounds are too few on this 2-core machine).
 bench-slurm:

@@ -1,9 +1,11 @@
 """Which checkpoint a resumed run loads, checked without torch.
 
-DeepSpeed writes one directory per tag under the checkpoint directory (``step<N>`` here) and a ``latest`` file
-naming the newest tag.  A tag is usable when its model-states files are whole: every ``*.pt`` file of the tag is a
-non-empty zip archive whose central directory (written last) is there.  A run that died while saving leaves a
-torn tag, or a ``latest`` naming a tag that was never finished.
+DeepSpeed writes one directory per tag under the checkpoint directory and a ``latest`` file naming the newest tag.
+The checkpoint directory is per model, shared by its runs, so the bundled trainer names its tags after the run
+(``<run_id>-step<N>``, ``tag_name``): a new run never overwrites another run's tags; ``latest`` names the newest
+save of any run, which ``-e resume=true`` loads.  A tag is usable when its model-states files are whole: every
+``*.pt`` file of the tag is a non-empty zip archive whose central directory (written last) is there.  A run that
+died while saving leaves a torn tag, or a ``latest`` naming a tag that was never finished.
 
 ``choose(ckpt_dir)`` returns the tag to load: ``latest``'s when it is whole, else the newest whole tag, with the
 torn ones it skipped and why; CheckpointError when there is none.  The dry run (on the coordinator, before the
@@ -124,6 +126,12 @@ def step_of(tag: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+def tag_name(step: int, run_id=None) -> str:
+    """The tag run ``run_id`` saves ``step`` under: ``<run_id>-step<N>`` (``step<N>`` without a run id, a trainer
+    started by hand), so that runs of one model never write the same tag."""
+    return "%s-step%d" % (run_id, step) if run_id else "step%d" % step
+
+
 # The file in a saved tag naming the run that saved it (the checkpoint directory is per model, shared by runs).
 RUN_FILE = "multinode_ds_run.json"
 
@@ -141,6 +149,37 @@ def saved_by(tag_dir: Path):
         return None
 
 
+RUN_TAG = re.compile(r"^(.+)-step\d+$")
+
+
+def run_of(root: Path, tag: str):
+    """The run a tag is of: the one that marked it (``saved_by``), else the one its name says (``tag_name``), else
+    None (a tag of a trainer started by hand, or of an older version)."""
+    found = RUN_TAG.match(tag)
+    return saved_by(Path(root) / tag) or (found.group(1) if found else None)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def resume_order(root: Path, latest) -> list:
+    """The tags in the order a resume tries them: ``latest``, then the other tags of the run that saved it by step
+    (newest first), then the other runs' tags by when they were saved (newest first).  Without ``latest``, every
+    tag by step."""
+    tags = [p.name for p in root.glob("*") if p.is_dir() and p.name != latest]
+    if not latest:
+        return sorted(tags, key=lambda t: (step_of(t), t), reverse=True)
+    line = run_of(root, latest)
+    mine = [t for t in tags if run_of(root, t) == line]
+    others = [t for t in tags if t not in mine]
+    return ([latest] + sorted(mine, key=lambda t: (step_of(t), t), reverse=True) +
+            sorted(others, key=lambda t: (_mtime(root / t), step_of(t), t), reverse=True))
+
+
 def choose(ckpt_dir, run_id=None) -> dict:
     """``{"tag", "step", "skipped": [{"tag", "why"}]}`` or CheckpointError.  With ``run_id``, only the tags that run
     saved (a later attempt of a run with restarts resumes its own checkpoints, never another run's)."""
@@ -150,8 +189,7 @@ def choose(ckpt_dir, run_id=None) -> dict:
         latest = (root / "latest").read_text().strip() or None
     except OSError:
         pass
-    tags = sorted((p.name for p in root.glob("*") if p.is_dir()), key=lambda t: (step_of(t), t), reverse=True)
-    order = ([latest] if latest else []) + [t for t in tags if t != latest]
+    order = resume_order(root, latest)
     if run_id is not None:
         order = [t for t in order if saved_by(root / t) == run_id]
         if not order:

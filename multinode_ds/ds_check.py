@@ -1,12 +1,19 @@
 """Check a user's DeepSpeed config before launch, with DeepSpeed's own config class at the job's world size.
 
-    python -m multinode_ds.ds_check --config FILE|- --world-size N [--accelerator cpu|cuda] [--json]
+    python -m multinode_ds.ds_check --config FILE|- --world-size N [--accelerator cpu|cuda] [--op Builder ...]
+                                    [--json] [--bundled [-- TRAINER_ARGS...]]
 
 Runs in the stack's venv on a worker (DeepSpeed installed), without torch.distributed: DeepSpeedConfig reads the
 world size from ``deepspeed.comm``, which is swapped for a stand-in giving rank 0 and N while it is built.  Beside
 what DeepSpeedConfig asserts (the batch sizes, fp16 with bf16, pydantic's checks of the sections), it checks what
 DeepSpeed only finds once the engine starts, or never: fp16/bf16 on an accelerator without them, offload devices,
 the optimizer and scheduler names, and top-level keys DeepSpeedConfig does not read (DeepSpeed ignores them).
+Before DeepSpeedConfig, the types of the top-level values it reads without checking them (their DeepSpeed defaults'
+types, from ``deepspeed.runtime.constants``; the batch sizes: whole numbers of at least 1), and sections given as
+something else than an object; a file nested deeper than any config is refused unread.  With ``--op``: whether this
+node's accelerator has each op (the ops the config makes the engine load, from the plan: plan/dsops.py).  With
+``--bundled``: the config as the bundled trainer has it, merged over the batch sizes it gives (``--micro-batch``,
+``--grad-accum`` among the trainer's arguments after ``--``) and, on CPU, over the config it generates.
 
 Output (``--json``): {"ok", "accelerator", "problems": [{"key", "message", "fix", "text"}], "derived": {...}}, where
 ``text`` is DeepSpeed's own wording; the message and fix come from the collection's table
@@ -22,6 +29,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import sys
 from collections.abc import KeysView
 from pathlib import Path
@@ -70,13 +78,21 @@ def load(path: str) -> dict:
     """The config, with DeepSpeed's own refusal of a key given twice; BadFile with the line and column when it is
     not JSON."""
     from deepspeed.runtime.config_utils import dict_raise_error_on_duplicate_keys
+    table = translation()
+    limit = table.MAX_DEPTH if table else 32
     with (contextlib.nullcontext(sys.stdin) if path == "-" else open(path, encoding="utf-8")) as fh:
         try:
             data = json.load(fh, object_pairs_hook=dict_raise_error_on_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise BadFile(f"{path} is not JSON: line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise BadFile(f"{path} nests deeper than {limit} levels: not a DeepSpeed config") from None
     if not isinstance(data, dict):
         raise BadFile(f"{path} must hold a JSON object, not {type(data).__name__}")
+    where = table.too_deep(data, limit) if table else None
+    if where:
+        shown = where if len(where) <= 60 else where[:57] + "..."
+        raise BadFile(f"{path} nests deeper than {limit} levels (at {shown}): not a DeepSpeed config")
     return data
 
 
@@ -125,21 +141,100 @@ def build(config: dict, world_size: int):
         return ds_config.DeepSpeedConfig(config)
 
 
+def bare_keys() -> set:
+    """The top-level keys DeepSpeedConfig reads from a bare config (it reads them whatever else is set)."""
+    bare = ReadKeys({"train_micro_batch_size_per_gpu": 1})
+    build(bare, 1)
+    return bare.read
+
+
 def construct(checker: Checker, cfg: dict):
     """DeepSpeedConfig at the job's world size (None when it refused the config: a problem), and the top-level
-    keys DeepSpeed reads: those it read here and those it reads from a bare config (read whatever else is set)."""
+    keys it read."""
     from pydantic import ValidationError
     from deepspeed.runtime.config import DeepSpeedConfigError
     recorded = ReadKeys(cfg)
-    bare = ReadKeys({"train_micro_batch_size_per_gpu": 1}, recorded.read)
-    build(bare, 1)
     try:
         return build(recorded, checker.world_size), recorded.read
     except ValidationError as exc:
         checker.add(section_key(cfg, exc), str(exc))
-    except (AssertionError, ValueError, TypeError, DeepSpeedConfigError) as exc:
-        checker.add("", str(exc) or type(exc).__name__)
+    except (AssertionError, ValueError, TypeError, AttributeError, KeyError, DeepSpeedConfigError) as exc:
+        section = not_a_section(cfg)
+        if section:
+            checker.add(section, f"DeepSpeedConfig reads {section} as a section, not {json.dumps(cfg[section])}")
+        else:
+            checker.add("", str(exc) or type(exc).__name__)
     return None, recorded.read
+
+
+def not_a_section(cfg: dict) -> str | None:
+    """The top-level key whose value is not an object where DeepSpeedConfig reads a section: alone in a bare
+    config, that value makes it fail with a TypeError or an AttributeError, and ``{}`` does not."""
+    for key, value in cfg.items():
+        if isinstance(value, dict) or key in SCALARS_OF_DEEPSPEED:
+            continue
+        if _breaks_alone(key, value) and not _breaks_alone(key, {}):
+            return key
+    return None
+
+
+def _breaks_alone(key: str, value) -> bool:
+    try:
+        build({"train_micro_batch_size_per_gpu": 1, key: value}, 1)
+    except (TypeError, AttributeError):
+        return True
+    except Exception:  # pylint: disable=broad-except  # another refusal is not this one
+        return False
+    return False
+
+
+# Top-level keys DeepSpeedConfig reads as plain values: their kinds come from deepspeed.runtime.constants (scalars).
+SCALARS_OF_DEEPSPEED: dict = {}
+# The batch sizes (no default there): DeepSpeed computes with them, and a text fails there with a TypeError.
+WHOLE_KEYS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "steps_per_print")
+
+
+def scalar_kinds() -> dict:
+    """Top-level key -> the kind DeepSpeed reads it as: ``whole`` (the batch sizes, steps_per_print), else the type
+    of its default in deepspeed.runtime.constants (``KEY = "name"`` beside ``KEY_DEFAULT``), where that is one of
+    bool, int, float for every constant of that name."""
+    from deepspeed.runtime import constants
+    seen: dict = {}
+    for name in dir(constants):
+        key = getattr(constants, name[:-len("_DEFAULT")], None) if name.endswith("_DEFAULT") else None
+        if isinstance(key, str):
+            seen.setdefault(key, set()).add(type(getattr(constants, name)).__name__)
+    kinds = dict((k, v.pop()) for k, v in seen.items() if len(v) == 1 and next(iter(v)) in ("bool", "int", "float"))
+    kinds.update((k, "whole") for k in WHOLE_KEYS)
+    SCALARS_OF_DEEPSPEED.clear()
+    SCALARS_OF_DEEPSPEED.update(kinds)
+    return kinds
+
+
+def kind_ok(value, kind: str) -> bool:
+    if kind == "bool":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "whole":
+        return isinstance(value, int) and value >= 1
+    return isinstance(value, int) or (kind == "float" and isinstance(value, float))
+
+
+def check_types(checker: Checker, cfg: dict, read: set) -> set:
+    """The top-level values DeepSpeedConfig reads and computes with unchecked, of the kind it reads them as
+    (``train_batch_size: "sixteen"`` fails deep in DeepSpeed with a TypeError, ``"prescale_gradients": "false"`` is
+    taken as true): a problem for each other one.  Returns the keys that were not."""
+    kinds = scalar_kinds()
+    wrong = set()
+    for key, value in cfg.items():
+        kind = kinds.get(key)
+        if key in read and kind and value is not None and not kind_ok(value, kind):
+            words = {"whole": "a whole number of at least 1", "bool": "true or false", "int": "a whole number",
+                     "float": "a number"}[kind]
+            checker.add(key, f"DeepSpeedConfig reads {key} as {words}, not {json.dumps(value)}")
+            wrong.add(key)
+    return wrong
 
 
 def section_key(cfg: dict, exc) -> str:
@@ -211,31 +306,81 @@ def check_keys(checker: Checker, cfg: dict, read: set) -> None:
             checker.add(key, f"DeepSpeedConfig does not read key '{key}'", sorted(k for k in read if k))
 
 
-def check(cfg: dict, world_size: int) -> dict:
-    """The report on ``cfg`` at ``world_size`` on this node's accelerator."""
+def check_ops(checker: Checker, builders) -> list:
+    """Whether this node's accelerator has each op builder of ``builders`` (DeepSpeed's own answer:
+    ``get_accelerator().create_op_builder``; the CPU accelerator answers one it lacks with NotImplementedBuilder),
+    and whether it can be built here (the builder's ``is_compatible``).  Returns the ops it has."""
+    from deepspeed.accelerator import get_accelerator
+    accelerator = get_accelerator()
+    name = accelerator.device_name()
+    found = []
+    for builder_name in builders or []:
+        builder = accelerator.create_op_builder(builder_name)
+        # The op's name as its builder has it (CPUAdamBuilder: cpu_adam), also for one the accelerator lacks.
+        op = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_",
+                    re.sub(r"Builder$", "", builder_name)).lower()
+        if builder is None or type(builder).__name__ == "NotImplementedBuilder":
+            checker.add("", f"DeepSpeed's {op} ({builder_name}) does not exist for the {name} accelerator")
+        elif not builder.is_compatible(verbose=True):  # verbose: its reason goes to error_log (and stderr)
+            why = str(getattr(builder, "error_log", None) or "") or "is_compatible() is false"
+            checker.add("", f"DeepSpeed's {op} ({builder_name}) cannot be built on this node for the {name} "
+                            f"accelerator: {why}")
+        else:
+            found.append(op)
+    return found
+
+
+def check(cfg: dict, world_size: int, builders=None) -> dict:
+    """The report on ``cfg`` at ``world_size`` on this node's accelerator (``builders``: the ops it needs)."""
     from deepspeed.accelerator import get_accelerator
     checker = Checker(world_size, get_accelerator().device_name())
-    built, read = construct(checker, cfg)
+    read = bare_keys()
+    wrong = check_types(checker, cfg, read)
+    built = None
+    if not wrong:  # DeepSpeedConfig would only fail computing with them
+        built, seen = construct(checker, cfg)
+        read |= seen
     check_precision(checker, cfg)
     check_offload(checker, cfg)
     check_names(checker, cfg)
     check_keys(checker, cfg, read)
+    ops = check_ops(checker, builders)
     derived = {}
     if built is not None:
         derived = {k: getattr(built, k) for k in ("train_batch_size", "train_micro_batch_size_per_gpu",
                                                   "gradient_accumulation_steps")}
     return {"ok": not checker.problems, "accelerator": checker.accelerator, "problems": checker.problems,
-            "derived": derived}
+            "derived": derived, "ops": ops}
 
 
-def check_file(path: str, world_size: int) -> dict:
+def trainer_config(cfg: dict, world_size: int, accelerator: str | None, trainer_args) -> dict:
+    """``cfg`` as the bundled trainer has it (multinode_ds/train.py ``deepspeed_config``): merged over the config it
+    generates on CPU, or over the batch sizes it gives on GPU (there the rest depends on the device's memory), with
+    ``--micro-batch`` and ``--grad-accum`` from ``trainer_args`` (its defaults without them)."""
+    from multinode_ds import ds_config as dsc
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--grad-accum", type=int, default=1)
+    known, _rest = parser.parse_known_args(list(trainer_args or []))
+    micro, accum = max(1, known.micro_batch), max(1, known.grad_accum)
+    if (accelerator or os.environ.get("DS_ACCELERATOR")) == "cpu":
+        base = dsc.generate(1, world_size, accelerator="cpu", micro_batch=micro, grad_accum=accum)
+    else:
+        base = {"train_micro_batch_size_per_gpu": micro, "gradient_accumulation_steps": accum}
+    return dsc.merge(base, cfg)
+
+
+def check_file(path: str, world_size: int, builders=None, bundled=None, accelerator=None) -> dict:
+    """The report on the file (``bundled``: the trainer's arguments, when the bundled trainer merges it)."""
     try:
         cfg = load(path)
     except (BadFile, ValueError) as exc:
         checker = Checker(world_size)
         checker.add("", str(exc))
-        return {"ok": False, "accelerator": None, "problems": checker.problems, "derived": {}}
-    return check(cfg, world_size)
+        return {"ok": False, "accelerator": None, "problems": checker.problems, "derived": {}, "ops": []}
+    if bundled is not None:
+        cfg = trainer_config(cfg, world_size, accelerator, bundled)
+    return check(cfg, world_size, builders)
 
 
 def parse_args(argv):
@@ -244,8 +389,15 @@ def parse_args(argv):
     parser.add_argument("--config", required=True, help="the DeepSpeed config (JSON); - reads standard input")
     parser.add_argument("--world-size", type=int, required=True, help="the job's data-parallel world size")
     parser.add_argument("--accelerator", choices=("cpu", "cuda"), help="DeepSpeed's accelerator (DS_ACCELERATOR)")
+    parser.add_argument("--op", action="append", default=[], metavar="Builder",
+                        help="an op builder the config needs (CPUAdamBuilder): does this accelerator have it?")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--bundled", action="store_true",
+                        help="check the config as the bundled trainer merges it (its arguments after --)")
+    parser.add_argument("trainer_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.trainer_args and args.trainer_args[0] == "--":
+        args.trainer_args = args.trainer_args[1:]
     if args.world_size < 1:
         parser.error(f"--world-size must be at least 1, not {args.world_size}")
     if args.config != "-" and not Path(args.config).is_file():
@@ -259,7 +411,8 @@ def main(argv=None) -> int:
         os.environ["DS_ACCELERATOR"] = args.accelerator
     # DeepSpeed logs to stdout: keep it for the report.
     with contextlib.redirect_stdout(sys.stderr):
-        report = check_file(args.config, args.world_size)
+        report = check_file(args.config, args.world_size, args.op,
+                            args.trainer_args if args.bundled else None, args.accelerator)
     if args.json:
         print(json.dumps(report, indent=1, sort_keys=True))
     else:

@@ -24,7 +24,8 @@ from .models import REGISTRY, build_model, get_spec
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m multinode_ds.train", description=__doc__)
+    # No abbreviations: "--checkpoint-d" must not quietly mean --checkpoint-dir (the plan sets it; args must not).
+    p = argparse.ArgumentParser(prog="python -m multinode_ds.train", description=__doc__, allow_abbrev=False)
     p.add_argument("--model", default="llama-tiny", choices=sorted(REGISTRY))
     p.add_argument("--run-dir", required=True, help="the run's directory, on storage every node shares")
     p.add_argument("--steps", type=int, default=30)
@@ -495,13 +496,16 @@ def monitor_loss(engine, loss) -> None:
 
 
 def save(engine, ckpt_dir, step, ranks) -> None:
-    """DeepSpeed's checkpoint of ``step`` (tag ``step<N>``), marked by rank 0 with the run that saved it."""
+    """DeepSpeed's checkpoint of ``step``, tagged ``<run id>-step<N>`` (checkpoints.tag_name: the checkpoint
+    directory is the model's, and another run's tags are never overwritten) and marked by rank 0 with the run that
+    saved it."""
     import torch.distributed as dist
 
-    tag = f"step{step}"
+    run_id = os.environ.get("MULTINODE_DS_RUN_ID") or None
+    tag = checkpoints.tag_name(step, run_id)
     engine.save_checkpoint(ckpt_dir, tag=tag, client_state={"step": step})
-    if ranks.rank == 0 and os.environ.get("MULTINODE_DS_RUN_ID"):
-        checkpoints.mark_run(Path(ckpt_dir) / tag, os.environ["MULTINODE_DS_RUN_ID"])
+    if ranks.rank == 0 and run_id:
+        checkpoints.mark_run(Path(ckpt_dir) / tag, run_id)
     dist.barrier()
 
 

@@ -26,6 +26,38 @@ except ImportError:
     pass
 
 
+# The suite's time by phase (tests/phases.py): every test's report, one line per phase at the end, and
+# tests/output/test-phases.json.
+sys.path.insert(0, str(ROOT / "tests"))
+import phases as _phases  # noqa: E402  # pylint: disable=wrong-import-position
+
+PHASES = _phases.Phases()
+
+
+def pytest_runtest_logreport(report):
+    PHASES.add(report.nodeid, report.when, report.duration, getattr(report, "start", None),
+               getattr(report, "stop", None), report.outcome)
+
+
+def pytest_terminal_summary(terminalreporter):
+    for name, module in (("scenarios", sys.modules.get("scenarios")), ("early", sys.modules.get("early"))):
+        if module is None:
+            continue
+        if name == "early":
+            for what, seconds in module.timings().items():
+                PHASES.note(what, seconds)
+            continue
+        for scenario, future in sorted(getattr(module, "_started", {}).items()):
+            if future.done() and future.exception() is None:
+                PHASES.note("molecule %s (scenario)" % scenario, future.result()[1])
+    setup = os.environ.get("MNDS_SETUP_SECONDS")
+    record = PHASES.record(float(setup) if setup else None)
+    path = _phases.write(record)
+    terminalreporter.write_sep("=", "time by phase (%s)" % path.relative_to(ROOT))
+    for line in _phases.lines(record):
+        terminalreporter.write_line(line)
+
+
 # The molecule scenarios run in the background from the end of collection (tests/molecule/scenarios.py): they
 # overlap the unit tests, the quality checks and the local cluster's start; an end-to-end test waits for the node
 # image before its fixtures start the cluster, and for every scenario before its body runs.

@@ -13,8 +13,9 @@ import secrets
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, host_list, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode, workdir
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import (JobError, host_list, plan,
+                                                                                   unquarantine_problems)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
@@ -31,6 +32,7 @@ SETTINGS = {
     "recover_wait": "recover_wait", "train_min_nodes": "min_nodes", "min_nodes": "min_nodes",
     "unquarantine": "unquarantine",
     "workdir": "workdir", "workdir_exclude": "workdir_exclude", "workdir_max_mb": "workdir_max_mb",
+    "workdir_include_secrets": "workdir_include_secrets", "workdir_allow_private": "workdir_allow_private",
     "tracking": "tracking", "mlflow_tracking_uri": "mlflow_tracking_uri",
     "stack_venv_dir": "venv", "stack_home": "home", "stack_torch_extensions_dir": "torch_extensions_dir",
 }
@@ -81,21 +83,41 @@ def user_inputs(settings, task_vars, templar):
     return inputs, problems
 
 
-def quarantined(task_vars):
+def quarantined(task_vars, known):
     """The controller's quarantined nodes (``quarantine_file``), after ``-e unquarantine=a,b`` let them out (the file
-    is rewritten): ``{node: record}``."""
+    is rewritten): ``{node: record}``.  JobError when ``unquarantine`` names a node neither ``known`` (the
+    inventory's workers and spares) nor quarantined, before the file changes."""
     path = os.path.expanduser(str(task_vars.get("quarantine_file") or recovery.QUARANTINE_FILE))
-    nodes = recovery.load_quarantine(path)
-    release = [n for n in host_list(task_vars.get("unquarantine")) if n in nodes]
-    if release:
-        nodes = recovery.quarantine(nodes, {}, None, release=release)
-        recovery.save_quarantine(path, nodes)
+    spares = os.path.expanduser(str(task_vars.get("spares_file") or recovery.SPARES_FILE))
+    try:
+        nodes = recovery.load_quarantine(path)
+        names = host_list(task_vars.get("unquarantine"))
+        problems = unquarantine_problems(names, known, nodes)
+        if problems:
+            raise JobError("; ".join(problems))
+        if set(names) & set(nodes):
+            # Under the file's lock: what another run quarantined meanwhile stays.
+            nodes = recovery.update_quarantine(path, lambda now: (
+                recovery.quarantine(now, {}, None, release=names),) * 2)
+        # A spare a run that ended without giving it back still holds is let out too.
+        if set(names) & set(recovery.load_spares(spares)):
+            recovery.update_spares(spares, lambda held: (recovery.release_nodes(held, names), None))
+    except recovery.RecordError as exc:  # names the file and the fix
+        raise JobError(str(exc))
     return nodes
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("settings", "workers", "coordinators"))
+
+    def _user_inputs(self, settings, task_vars):
+        """``user_inputs``, with a workdir or ds_config the controller cannot read as a problem."""
+        try:
+            return user_inputs(settings, task_vars, self._templar)
+        except OSError as exc:
+            return {}, ["the workdir or ds_config cannot be read on the controller: %s. Fix: check the path and its "
+                        "permissions" % exc]
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -117,7 +139,10 @@ class ActionModule(ActionBase):
         settings.setdefault("run_uid", next(((hostvars[c].get("multinode_node") or {}).get("uid")
                                              for c in coordinators if c in hostvars), None))
         try:
-            held = quarantined(task_vars)
+            held = quarantined(task_vars, workers + list(groups.get("spares") or []))
+        except JobError as exc:
+            result.update(failed=True, msg="The job cannot start: %s." % exc)
+            return result
         except (OSError, ValueError) as exc:
             result.update(failed=True, msg="The quarantine file cannot be read: %s. Fix: repair or remove it "
                                            "(quarantine_file)" % exc)
@@ -130,11 +155,8 @@ class ActionModule(ActionBase):
         for w in workers:
             if alive is not None and w in targeted:
                 facts[w]["answered"] = w in alive
-        try:
-            inputs, problems = user_inputs(settings, task_vars, self._templar)
-        except OSError as exc:
-            problems = ["the workdir or ds_config cannot be read on the controller: %s. Fix: check the path and its "
-                        "permissions" % exc]
+        fresh = settings.get("user_inputs") is None
+        inputs, problems = self._user_inputs(settings, task_vars)
         if problems:
             result.update(failed=True, msg="The job cannot start: %s." % "; ".join(problems))
             return result
@@ -148,6 +170,9 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result
         result.update(changed=False, job=job, user_inputs=inputs)
+        # The files the workdir's plan left out as secrets, said once per run (a later attempt's plan reads nothing).
+        lines += [workdir.secrets_line(inputs.get("workdir"))] if fresh and inputs.get("workdir") else []
+        lines = [line for line in lines if line]
         if lines:
             result["warnings"] = lines
         return result

@@ -24,10 +24,10 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle imp
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
-    FAILED, RUNNING, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk, abort_for_pods, abort_for_queue,
-    abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason, ignore_signals, interruption_reason,
-    progress_line, queue_state, restore_signals, stalled, start_time, stop_overdue, switch_line, trap_stop_signals,
-    quiet_nodes, unreachable, watch_options)
+    FAILED, RUNNING, STATUS_RETRY, STATUS_TIMEOUT, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk,
+    abort_for_pods, abort_for_queue, abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason,
+    ignore_signals, interruption_reason, progress_line, queue_state, restore_signals, stalled, start_time,
+    stop_overdue, switch_line, switch_keepalive, trap_stop_signals, quiet_nodes, unreachable, watch_options)
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 
 display = Display()
@@ -43,7 +43,7 @@ class ActionModule(ActionBase):
                              "timeout", "stall_timeout", "startup_timeout", "queue_timeout", "status_retry",
                              "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes"))
 
-    _status_timeout = 30.0
+    _status_timeout = STATUS_TIMEOUT
     # The bundle of the latest status call (run_status's option bundle), kept out of the results.
     _bundle = None
     _bundle_skipped = None
@@ -119,7 +119,11 @@ class ActionModule(ActionBase):
             argv = list(argv)
             at = 1 + next((n for n, a in enumerate(argv) if os.path.basename(to_text(a)) in (
                 "ssh", os.path.basename(conn.get_option("ssh_executable") or "ssh"))), 0)  # after sshpass ... ssh
-            own = ["-o", "ControlMaster=no", "-o", "ControlPath=none"]
+            # ServerAlive: ssh gives a silent server up only after the agents' lease would have (ansible.cfg's 3 x 15 s
+            # would drop the session in a 45 s outage, and its remote end would take the close for this process's
+            # end and abort a run the watch was still retrying).
+            own = ["-o", "ControlMaster=no", "-o", "ControlPath=none"] + switch_keepalive(
+                float(getattr(getattr(self, "_task", None), "args", {}).get("status_retry") or STATUS_RETRY))
             argv[at:at] = [o.encode() if isinstance(argv[0], bytes) else o for o in own]
             errors = tempfile.TemporaryFile()
             switch = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
@@ -212,7 +216,7 @@ class ActionModule(ActionBase):
                       lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
                       ranks=status.get("ranks", {}), done_ranks=status.get("done_ranks", []),
                       elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None,
-                      unreachable=loop.gave_up, cause=loop.cause)
+                      unreachable=loop.gave_up, cause=loop.cause or (loop.reason if loop.gave_up else None))
         if loop.warnings:
             result["warnings"] = list(result.get("warnings") or []) + loop.warnings
         return result

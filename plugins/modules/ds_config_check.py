@@ -21,6 +21,9 @@ description:
   - 'Fails, before anything on the nodes changes, with one line per problem naming the key, the values and the fix,
     for example V(ds_config: train_batch_size 32 ≠ micro batch 4 × accumulation 2 × world 2 — set train_batch_size
     to 16, or remove it and DeepSpeed derives it).'
+  - For the bundled trainer (C(--bundled) in O(argv)) it checks the config as the trainer has it, merged over the
+    batch sizes the trainer gives. With C(--op) in O(argv) (C(job.ds_ops), the ops the config makes DeepSpeed
+    load), it checks that the node's accelerator has each of them (DeepSpeed's own builder).
   - Writes nothing; the config never reaches a file or a command line on the node.
 options:
   argv:
@@ -38,6 +41,12 @@ options:
   host:
     description: This node's inventory name, for the message.
     type: str
+  timeout:
+    description:
+      - Seconds the check may take (it imports torch and DeepSpeed, a few seconds). Past them it is stopped and the
+        module fails, naming the node.
+    type: int
+    default: 120
 attributes:
   check_mode:
     support: full
@@ -82,24 +91,33 @@ import json
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.dsconfig import check_result
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.dsops import call
 
 
 def main():
     module = AnsibleModule(argument_spec=dict(argv=dict(type="list", elements="str", required=True),
                                               config=dict(type="str", required=True),
                                               source=dict(type="str"),
-                                              host=dict(type="str")),
+                                              host=dict(type="str"),
+                                              timeout=dict(type="int", default=120)),
                            supports_check_mode=True)
     params = module.params
-    rc, out, err = module.run_command(params["argv"], data=params["config"], binary_data=True)
+    rc, out, err, timed_out = call(params["argv"], data=params["config"], timeout=params["timeout"])
     problems = check_result(out)
     try:
         report = json.loads(out)
     except ValueError:
         report = {}
-    if rc not in (0, 1) and not report:
+    if timed_out:
+        problems = ["the check ran past %d s and was stopped. Fix: look at the node's load and its venv (python -m "
+                    "multinode_ds.ds_check --help), or give it longer (-e ds_config_check_timeout=<seconds>)"
+                    % params["timeout"]]
+    elif rc not in (0, 1) and not report:
         lines = [x for x in (err or "").splitlines() if x.strip()]
-        problems = ["the check did not run (exit code %d): %s" % (rc, lines[-1] if lines else "no output")]
+        problems = ["the check did not run (%s): %s" % ("exit code %d" % rc if rc is not None else "no start",
+                                                        lines[-1] if lines else "no output")]
+        if "unrecognized arguments" in (err or ""):
+            problems[0] += ". Fix: run site.yml (the node package there is older than the collection)"
     result = {"changed": False, "problems": problems, "accelerator": report.get("accelerator"),
               "derived": report.get("derived") or {}}
     if problems:

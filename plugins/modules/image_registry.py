@@ -33,6 +33,14 @@ options:
     description: Plain HTTP, or TLS without certificate checks (the registry's own choice; only where the user says so).
     type: bool
     default: false
+  token_hosts:
+    description:
+      - Hosts other than the registry's own that its token service (the C(realm) of its 401 answer) may be on; the
+        request for a token carries the auth file's credentials, so no other host is asked. Docker Hub's
+        C(auth.docker.io) is known.
+    type: list
+    elements: str
+    default: []
   labels:
     description: Read the image's labels too (its config blob).
     type: bool
@@ -98,12 +106,14 @@ def main():
     module = AnsibleModule(argument_spec=dict(image=dict(type="str", required=True),
                                               auth_file=dict(type="path"),
                                               insecure=dict(type="bool", default=False),
+                                              token_hosts=dict(type="list", elements="str", default=[],
+                                                               no_log=False),
                                               labels=dict(type="bool", default=True),
                                               timeout=dict(type="int", default=10)),
                            supports_check_mode=True)
     p = module.params
     result = registry.inspect(p["image"], auth_file=p["auth_file"], insecure=p["insecure"], labels=p["labels"],
-                              timeout=p["timeout"])
+                              timeout=p["timeout"], token_hosts=p["token_hosts"])
     module.exit_json(changed=False, **result)
 
 

@@ -35,6 +35,21 @@ description:
     under C(~/.cache/multinode-deepspeed/workspaces/) for rsync), C(ds_config) or a C(--deepspeed_config) in C(args)
     (a JSON object, read there), C(tracking) and C(mlflow_tracking_uri). A later attempt's plan gets the first one's
     (O(settings) C(user_inputs)), so it runs the same workdir content.
+  - 'What of the workdir stays on the controller: files whose names say they hold secrets are left out, git tracked or
+    not, and named in a warning - C(.env), C(.env.*) (not C(.env.example), C(.env.sample), C(.env.template),
+    C(.env.dist)), C(.envrc), C(*.pem), C(*.key), C(*.p12), C(*.pfx), C(*.jks), C(*.keystore), C(*.ppk), C(*.kdbx),
+    C(id_rsa*), C(id_dsa*), C(id_ecdsa*), C(id_ed25519*), the directories C(.ssh/), C(.gnupg/), C(.aws/), C(.azure/),
+    C(.kube/), C(.docker/), and C(.netrc), C(_netrc), C(.git-credentials), C(.pypirc), C(.npmrc), C(.pgpass),
+    C(.my.cnf), C(.vault_pass*), C(credentials.json), C(kubeconfig). C(workdir_include_secrets) (patterns as
+    C(workdir_exclude) takes them, comma-separated or a list) ships the ones it names, e.g.
+    C(-e workdir_include_secrets=certs/ca.pem).'
+  - 'Refused at once, before a file is listed: C(workdir=/), the controller user''s home directory or a directory
+    above it, and a directory with C(.ssh/) at its top. Refused after the listing: a shipped file or directory that
+    neither the group nor others may read on the controller (mode 0600, 0700), unless C(workdir_allow_private=true).
+    The workspace on the shared directory is readable by the run''s account only (directories 0700, files 0600 or
+    0700).'
+  - C(min_nodes) above the job's rank nodes, and a C(-e unquarantine) name that is no worker or spare of the inventory
+    and not quarantined, are refused (the quarantine file is left as it was).
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
     its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
@@ -104,7 +119,8 @@ job:
       rank nodes the play writes the run's secrets to), C(ssh_pairs), C(ssh_targets) per source node,
       C(ranks_over_ssh) and C(stop).
     - With C(workdir), C(workdir) - C(id), C(hash), C(root), C(dest) (C(<shared_dir>/workspaces/<id>)), C(marker),
-      C(count), C(bytes), C(git) (C(commit), C(dirty), C(branch)), C(entrypoint), C(files_from_path). With a
+      C(count), C(bytes), C(git) (C(commit), C(dirty), C(branch)), C(entrypoint), C(files_from_path),
+      C(secrets_left_out) (the files left out because their names say they hold secrets). With a
       C(ds_config) or a monitor tracker, C(ds_config) - C(source), C(path) (in the run directory), C(text), C(kept)
       (the monitor keys the user set otherwise), C(user); for a user's script with a config, C(ds_check) (the argv of
       M(multinode.deepspeed.ds_config_check)). Always C(tracking) (the names) and C(mlflow) (C(uri), C(env), or none).

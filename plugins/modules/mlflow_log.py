@@ -23,8 +23,18 @@ description:
     artifacts. The logic is C(plugins/module_utils/run/tracking.py).
   - Idempotent - a run already logged (an MLflow run tagged C(multinode_ds.run_id) with this run's id) is not logged
     again.
+  - Reads only regular files of the run's directory, without following a link - a C(ds_config.json),
+    C(summary.json) or metrics file that is a symbolic link, a FIFO or a device is not read (a warning names it), so
+    nothing outside the run reaches MLflow.
   - No secret is logged - credentials for an MLflow server come from the controller's environment
     (C(MLFLOW_TRACKING_TOKEN), or C(MLFLOW_TRACKING_USERNAME) and C(MLFLOW_TRACKING_PASSWORD)), never from a URI.
+    With any of them set, a plain C(http://) O(tracking_uri) to a host other than this machine (C(localhost),
+    C(127.0.0.1), C([::1])) is refused before MLflow is called - they would cross the network in clear - unless
+    C(MULTINODE_DS_MLFLOW_ALLOW_HTTP=true) is in the controller's environment.
+  - Nothing waits without bound - every request to a tracking server waits at most C(MLFLOW_HTTP_REQUEST_TIMEOUT)
+    (30 s) with C(MLFLOW_HTTP_REQUEST_MAX_RETRIES) (2) retries and C(MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR) (1), unless
+    the controller's environment sets them, and the whole logging stops after O(timeout) seconds, failing with the
+    server and the fix.
 options:
   run_dir:
     description: The collected run's directory on the controller (C(runs/<run_id>)).
@@ -51,6 +61,11 @@ options:
     description: The job (M(multinode.deepspeed.job_plan)'s C(job)) - its model, backend, workdir and DeepSpeed config.
     type: dict
     default: {}
+  timeout:
+    description: The most seconds the module spends on MLflow, all its calls together (C(-e mlflow_timeout) in
+      C(train.yml)).
+    type: int
+    default: 300
 attributes:
   check_mode:
     support: full
@@ -92,45 +107,52 @@ message:
   description: Where the run is, and how to look at it (C(mlflow ui --backend-store-uri ...)).
   returned: always
   type: str
+refused:
+  description: Files of the run's directory it did not read because they are not regular files (a link, a FIFO, a
+    device), relative to O(run_dir); a warning names each.
+  returned: always
+  type: list
+  elements: str
 """
 
 import glob
 import json
 import os
+import signal
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
 
 BATCH_METRICS = 1000
 BATCH_PARAMS = 100
 
 
-def read_rows(run_dir):
-    """The ranks' records of every attempt (``metrics/rank*.jsonl``); a line that is not JSON is skipped."""
+def read_rows(run_dir, refused=None):
+    """The ranks' records of every attempt (``metrics/rank*.jsonl``); a line that is not JSON is skipped, a file
+    that is not a regular file is not read (common/files.py; named in ``refused``)."""
     rows = []
     for path in sorted(glob.glob(os.path.join(run_dir, "metrics", "rank*.jsonl")) +
                        glob.glob(os.path.join(run_dir, "attempts", "*", "metrics", "rank*.jsonl"))):
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(row, dict):
-                    rows.append(row)
+        for line in (files.read_text(path, run_dir, refused=refused) or "").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
-def job_config(job, run_dir):
+def job_config(job, run_dir, refused=None):
     """The DeepSpeed config the ranks ran with: the run's collected ds_config.json (the bundled trainer writes the
-    whole config it generated there), else the one the plan wrote for them."""
-    path = os.path.join(run_dir, "ds_config.json")
-    if os.path.isfile(path):
-        try:
-            with open(path, encoding="utf-8") as handle:
-                return json.load(handle)
-        except ValueError:
-            pass
+    whole config it generated there) when it is a regular file, else the one the plan wrote for them."""
+    try:
+        found = files.read_json(os.path.join(run_dir, "ds_config.json"), run_dir, refused=refused)
+    except ValueError:
+        found = None
+    if isinstance(found, dict):
+        return found
     text = (job.get("ds_config") or {}).get("text")
     try:
         return json.loads(text) if text else None
@@ -169,40 +191,90 @@ def log(module, payload, status, artifacts):
     return run_id, experiment_id, True
 
 
+class Deadline(BaseException):
+    """The module's O(timeout) passed while MLflow's client was still at work (a BaseException: MLflow's client
+    wraps every Exception of a request into its own, and must not take this one for a failed request)."""
+
+
+EXPIRED = []
+
+
+def _on_alarm(signum, frame):  # pylint: disable=unused-argument
+    EXPIRED.append(True)
+    raise Deadline()
+
+
+def log_within(module, payload, status, artifacts):
+    """``log``, stopped after the module's ``timeout`` seconds (SIGALRM: a request blocked on the network is
+    interrupted too); fails the module, naming the server and the fix, when it does not finish in time."""
+    params = module.params
+    seconds = max(1, int(params["timeout"]))
+    del EXPIRED[:]
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(seconds)
+    try:
+        return log(module, payload, status, artifacts)
+    except Deadline:
+        module.fail_json(msg=tracking.deadline_message(params["tracking_uri"], seconds))
+    except Exception as exc:  # pylint: disable=broad-except  # MLflow's errors are many; each is the store's answer
+        if EXPIRED:
+            module.fail_json(msg=tracking.deadline_message(params["tracking_uri"], seconds))
+        module.fail_json(msg="MLflow at %s refused the run: %s. Fix: check mlflow_tracking_uri and that the store is "
+                             "reachable from the controller" % (params["tracking_uri"], exc))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return None
+
+
+def client_environment(module):
+    """The MLflow client's environment: the job's (O(env)), each request bounded (tracking.request_limits), and a
+    refusal of credentials sent in clear (tracking.credentials_in_clear) before anything is called."""
+    params = module.params
+    os.environ.update(dict((str(k), str(v)) for k, v in params["env"].items()))
+    os.environ.update(tracking.request_limits(os.environ))
+    clear = tracking.credentials_in_clear(params["tracking_uri"], os.environ)
+    if clear:
+        module.fail_json(msg=clear)
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(run_dir=dict(type="path", required=True),
                                               run_id=dict(type="str", required=True),
                                               tracking_uri=dict(type="str", required=True),
                                               env=dict(type="dict", default={}),
                                               experiment=dict(type="str", default="multinode-deepspeed"),
-                                              job=dict(type="dict", default={})),
+                                              job=dict(type="dict", default={}),
+                                              timeout=dict(type="int", default=tracking.LOG_TIMEOUT)),
                            supports_check_mode=True)
     params = module.params
-    os.environ.update(dict((str(k), str(v)) for k, v in params["env"].items()))
+    client_environment(module)
     try:
         import mlflow  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
     except ImportError as exc:
         module.fail_json(msg=missing_required_lib("mlflow-skinny", reason="for tracking=mlflow") +
                          " Fix: run scripts/setup (it installs the controller's pinned mlflow-skinny)",
                          exception=str(exc))
+    run_dir, refused = params["run_dir"], []
     try:
-        with open(os.path.join(params["run_dir"], "summary.json"), encoding="utf-8") as handle:
-            summary = json.load(handle)
+        summary = files.read_json(os.path.join(run_dir, "summary.json"), run_dir, refused=refused)
+        if not isinstance(summary, dict):
+            raise ValueError("missing, or not a regular file holding a JSON object")
     except (OSError, ValueError) as exc:
         module.fail_json(msg="the run's summary.json cannot be read (%s), so the run is not logged to MLflow" % exc)
-    payload = tracking.mlflow_payload(summary, read_rows(params["run_dir"]), params["job"], job_config(params["job"], params["run_dir"]))
-    artifacts = [os.path.join(params["run_dir"], n) for n in ("summary.json", "report.md")
-                 if os.path.isfile(os.path.join(params["run_dir"], n))]
-    try:
-        run_id, experiment_id, changed = log(module, payload, summary.get("status"), artifacts)
-    except Exception as exc:  # pylint: disable=broad-except  # MLflow's errors are many; each is the store's answer
-        module.fail_json(msg="MLflow at %s refused the run: %s. Fix: check mlflow_tracking_uri and that the store is "
-                             "reachable from the controller" % (params["tracking_uri"], exc))
+    payload = tracking.mlflow_payload(summary, read_rows(run_dir, refused), params["job"],
+                                      job_config(params["job"], run_dir, refused))
+    artifacts = [os.path.join(run_dir, n) for n in ("summary.json", "report.md")
+                 if files.is_regular(os.path.join(run_dir, n), run_dir)]
+    for name in sorted(set(refused)):
+        module.warn("mlflow_log: %s in the run's directory is not a regular file (a link, a FIFO, ...): not read"
+                    % name)
+    run_id, experiment_id, changed = log_within(module, payload, summary.get("status"), artifacts)
     message = "MLflow: run %s in experiment %s at %s%s; see it with: mlflow ui --backend-store-uri %s" % (
         run_id or "(not logged yet)", params["experiment"], params["tracking_uri"],
         "" if changed else " (logged before)", params["tracking_uri"])
     module.exit_json(changed=changed, mlflow_run_id=run_id, experiment_id=experiment_id,
-                     metrics=len(payload["metrics"]), message=message)
+                     metrics=len(payload["metrics"]), message=message, refused=sorted(set(refused)))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,12 @@ description:
     and whether it was retried, the step it resumed from, the steps it recomputed, the seconds from the fault to its
     first step) with the C(goodput) - the share of the wall time spent on steps that counted - and C(report.md) with
     C(plots/timeline.png).
+  - O(step=release) gives back the spares the run holds in O(spares_file) (C(train.yml) runs it after the last
+    attempt, whatever ended the run).
+  - O(quarantine_file) and O(spares_file) are changed only under an exclusive lock of C(<file>.lock), and written
+    whole (a temporary file, flushed, then renamed), so two plays - or two controllers that share the files - never
+    lose each other's changes. A file that cannot be read (empty, not JSON, not the expected object) fails the step,
+    naming the file and the fix; it is never taken as empty.
   - The decisions are C(plugins/module_utils/run/recovery.py)'s.
 options:
   run_dir:
@@ -48,7 +54,7 @@ options:
   step:
     description: What to do (see the description).
     type: str
-    choices: [judge, place, verify, finish]
+    choices: [judge, place, verify, finish, release]
     required: true
   attempt:
     description: The number of the attempt that just ended (from 1).
@@ -97,8 +103,8 @@ options:
     default: ~/.cache/multinode-deepspeed/quarantine.json
   spares_file:
     description: The controller's file of the spares that runs hold (JSON, written under an exclusive lock) - a
-      spare one run took is not free to another until that run finishes (O(step=finish) gives its spares back) or
-      its O(timeout) passes.
+      spare one run took is not free to another until that run ends (O(step=release) and O(step=finish) give its
+      spares back) or its O(timeout) passes (a day without one); C(-e unquarantine=<spare>) lets one out.
     type: path
     default: ~/.cache/multinode-deepspeed/spares.json
   spare_checks:
@@ -275,13 +281,18 @@ message:
   description: How the run went, over its attempts.
   returned: step is finish
   type: str
+released:
+  description: The spares the run held that O(step=release) gave back.
+  returned: step is release
+  type: list
+  elements: str
 """
 
-import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.replacement import (
     bandwidth_check, replacement_verdicts)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
@@ -289,11 +300,11 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report imp
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 
 
-def _json(path, default=None):
-    if not os.path.exists(path):
-        return default
-    with open(path) as fh:
-        return json.load(fh)
+def _run_json(p, path, default=None):
+    """A record in the run's directory, read without following a link (common/files.py); ``default`` when it is
+    missing or is not a regular file."""
+    value = files.read_json(path, p["run_dir"])
+    return default if value is None else value
 
 
 def _attempt_dir(p, n):
@@ -304,7 +315,7 @@ def _endings(p):
     """Every attempt's ending up to this one, from its summary.json."""
     out = []
     for n in range(1, p["attempt"] + 1):
-        end = recovery.ending(_json(os.path.join(_attempt_dir(p, n), "summary.json"), {}))
+        end = recovery.ending(_run_json(p, os.path.join(_attempt_dir(p, n), "summary.json"), {}))
         end["attempt"] = n
         out.append(end)
     return out
@@ -327,9 +338,10 @@ def judge(module, p):
     changed = False
     if not module.check_mode:
         if add:
-            recovery.save_quarantine(p["quarantine_file"], recovery.quarantine(quarantine, add, p["run_id"]))
-        with open(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), "w") as fh:
-            json.dump(decision, fh, indent=2, sort_keys=True)
+            # Under the file's lock: a node another run quarantined (or let out) meanwhile is kept as it is now.
+            recovery.update_quarantine(p["quarantine_file"], lambda nodes: (recovery.quarantine(nodes, dict(
+                (n, r) for n, r in add.items() if n not in nodes), p["run_id"]), None))
+        files.write_json(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), decision, p["run_dir"])
         changed = True
     quarantine.update(add)
     held = recovery.spares_held(_held_spares(p), p["run_id"], time.time())
@@ -340,7 +352,7 @@ def judge(module, p):
 
 
 def _held_spares(p):
-    return (_json(p["spares_file"], {}) or {}).get("spares", {})
+    return recovery.load_spares(p["spares_file"])
 
 
 def place(module, p):
@@ -364,11 +376,12 @@ def place(module, p):
         return recovery.hold_spares(held, out["replaced"].values(), p["run_id"], now, p["timeout"]), out
 
     out = take(_held_spares(p))[1] if module.check_mode else recovery.update_spares(p["spares_file"], take)
-    notes += ["spare %s is held by another run" % s for s in out.pop("held_elsewhere")]
+    holds = _held_spares(p)
+    notes += [recovery.held_note(s, holds.get(s) or {}) for s in out.pop("held_elsewhere")]
     out["notes"] = notes
     if "error" in out:
         module.fail_json(msg="The run cannot go on: %s%s." % (out["error"], "".join("; " + n for n in notes)), **out)
-    before = _json(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), {}) or {"why": "failed"}
+    before = _run_json(p, os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), {}) or {"why": "failed"}
     line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], before)
     module.exit_json(changed=bool(out["replaced"]) and not module.check_mode, line=line, **out)
 
@@ -386,10 +399,8 @@ def verify(module, p):
     failed = [v for v in verdicts if v["status"] == "fail"]
     directory = _attempt_dir(p, p["attempt"])
     if not module.check_mode:
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-        with open(os.path.join(directory, "replacement-preflight.json"), "w") as fh:
-            json.dump({"nodes": nodes, "verdicts": verdicts}, fh, indent=2, sort_keys=True)
+        files.write_json(os.path.join(directory, "replacement-preflight.json"), {"nodes": nodes, "verdicts": verdicts},
+                         p["run_dir"])
     if failed:
         module.fail_json(msg="The node(s) taking a place failed their preflight, so attempt %d does not start: %s" % (
             p["attempt"], "; ".join("%s %s: %s%s" % (v["check"], v["host"], v["detail"], ". Fix: %s" % v["fix"]
@@ -402,11 +413,10 @@ def finish(module, p):
     records, retries = [], []
     for n in range(1, p["attempt"] + 1):
         directory = _attempt_dir(p, n)
-        summary = _json(os.path.join(directory, "summary.json"), {}) or {}
-        rank0 = os.path.join(directory, "metrics", "rank0.jsonl")
-        with open(rank0) if os.path.exists(rank0) else open(os.devnull) as fh:
-            records.append(recovery.attempt_record(n, summary, read_jsonl(fh.read()), summary.get("started")))
-        decision = _json(os.path.join(directory, "recovery.json"), {}) or {}
+        summary = _run_json(p, os.path.join(directory, "summary.json"), {}) or {}
+        rank0 = files.read_text(os.path.join(directory, "metrics", "rank0.jsonl"), p["run_dir"]) or ""
+        records.append(recovery.attempt_record(n, summary, read_jsonl(rank0), summary.get("started")))
+        decision = _run_json(p, os.path.join(directory, "recovery.json"), {}) or {}
         if not decision and n == p["attempt"]:
             # The last attempt, never judged (no restart was left to loop over): why it is the last.
             end = _endings(p)
@@ -414,7 +424,7 @@ def finish(module, p):
             decision = {"retry": False, "why": why if end[-1]["kind"] == recovery.SUCCESS else
                         "%s; %s" % (end[-1]["why"], why) if end[-1]["why"] else why}
         retries.append((bool(decision.get("retry")), decision.get("why") or records[-1]["why"]))
-    last = _json(os.path.join(_attempt_dir(p, p["attempt"]), "summary.json"), {}) or {}
+    last = _run_json(p, os.path.join(_attempt_dir(p, p["attempt"]), "summary.json"), {}) or {}
     summary = dict(last, run_id=p["run_id"])
     # From the first attempt's start to the last one's end (now, when the records do not say).
     first = records[0].get("started") or p["started"]
@@ -426,19 +436,30 @@ def finish(module, p):
     summary["message"] = message
     if not module.check_mode:
         recovery.update_spares(p["spares_file"], lambda held: (recovery.release_spares(held, p["run_id"]), None))
-        plot_timeline(records, [r["losses"] for r in records], timeline)
-        with open(os.path.join(p["run_dir"], "summary.json"), "w") as fh:
-            json.dump(summary, fh, indent=2, sort_keys=True)
-        with open(os.path.join(p["run_dir"], "report.md"), "w") as fh:
-            fh.write(attempts_markdown(summary, "plots/timeline.png"))
+        plot_timeline(records, [r["losses"] for r in records], timeline, p["run_dir"])
+        files.write_json(os.path.join(p["run_dir"], "summary.json"), summary, p["run_dir"])
+        files.write_text(os.path.join(p["run_dir"], "report.md"), attempts_markdown(summary, "plots/timeline.png"),
+                         p["run_dir"])
     module.exit_json(changed=not module.check_mode, summary=summary, message=message)
+
+
+def release(module, p):
+    """The spares the run held, given back (after its last attempt, whatever ended it)."""
+    def mine(held):
+        return sorted(n for n, r in held.items() if r.get("run_id") == p["run_id"])
+
+    gone = mine(_held_spares(p))
+    if gone and not module.check_mode:
+        gone = recovery.update_spares(p["spares_file"], lambda held: (recovery.release_spares(held, p["run_id"]),
+                                                                      mine(held)))
+    module.exit_json(changed=bool(gone), released=gone)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             run_dir=dict(type="path", required=True), run_id=dict(type="str", required=True),
-            step=dict(type="str", required=True, choices=["judge", "place", "verify", "finish"]),
+            step=dict(type="str", required=True, choices=["judge", "place", "verify", "finish", "release"]),
             attempt=dict(type="int", required=True), restarts=dict(type="int", default=0),
             nodes=dict(type="list", elements="str", default=[]),
             failed_nodes=dict(type="list", elements="str", default=[]),
@@ -456,7 +477,9 @@ def main():
     )
     p = module.params
     try:
-        {"judge": judge, "place": place, "verify": verify, "finish": finish}[p["step"]](module, p)
+        {"judge": judge, "place": place, "verify": verify, "finish": finish, "release": release}[p["step"]](module, p)
+    except recovery.RecordError as exc:
+        module.fail_json(msg="run_recovery (%s): %s" % (p["step"], exc))
     except (OSError, ValueError) as exc:
         module.fail_json(msg="run_recovery (%s) could not read or write %s: %s" % (p["step"], p["run_dir"], exc))
 

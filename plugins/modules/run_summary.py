@@ -21,6 +21,12 @@ description:
   - Reads the per-node agents' records (C(nodes/*.json)) for exit codes and versions, finds the rank that
     failed first, and maps known failure patterns in the logs to their cause and remedy (C(diagnosis)).
   - Writes C(report.md) with PNG plots under C(plots/) (loss, throughput, step time per node).
+  - What came back from the cluster was written by rank code - before reading, it removes from O(run_dir) whatever is
+    not a regular file or a directory (a symbolic link, a FIFO, a socket, a device); it reads only regular files,
+    without following a link or waiting on a FIFO, and writes C(summary.json), C(report.md) and the plots beside
+    their place and renames them over it (a link there is replaced, never followed). The names it refused, and the
+    ones the pull left behind (O(pull_lines)), are the summary's C(refused_files), named in the report and in
+    RV(message).
   - Its action plugin does the work in the controller's own process (no module is started on any host), so the
     run directory is a path on the controller.
 extends_documentation_fragment:
@@ -73,6 +79,13 @@ options:
         two; RV(plots) lists the paths they will have.
     type: bool
     default: false
+  pull_lines:
+    description:
+      - The output lines of the pull that collected the run (C(ansible.posix.synchronize)'s C(stdout_lines)) - each
+        C(skipping non-regular file "<name>") of rsync names a file the run left that was not brought back.
+    type: list
+    elements: str
+    default: []
   addresses:
     description: Node -> address; the addresses in a failed rank's last lines (gloo and NCCL name peers by address)
       get the node's name beside them.
@@ -148,6 +161,8 @@ message:
       nodes, C(Failed first: rank <R> on <host>, exit code <code>) (C(Then failed) when it failed because of a lost
       node), C(Last lines of <log>:) with its last 15 lines, one V(Diagnosis (<id>\): <cause> Fix: <remedy>) line per
       finding, and C(Report: <run_dir>/report.md).'
+    - 'Either way, when C(refused_files) is not empty, a line C(Not brought back (not regular files: ...\): <names>)
+      before C(Report:).'
   returned: always
   type: str
 summary:
@@ -226,8 +241,15 @@ summary:
       description: Per node, the versions its agent reported (python, torch, deepspeed, transformers, ...).
       type: dict
     nodes:
-      description: Per node - C(role), C(state), C(exit_code), C(reason), C(left_pids) (run processes the agent could
-        not stop).
+      description: Per node - C(role), C(state), C(exit_code), C(reason), C(left_pids) (what the run left running
+        there, see C(left_pids)).
+      type: dict
+    left_pids:
+      description:
+        - Per node that has any, what the run left running there, each C(pid), C(cmd) (its command line, at most 200
+          characters; null when unknown) and C(stopped) - the processes still there after the launcher's exit (on a
+          watch-only node, after C(DONE)), which the node's agent stopped after a short grace, then any the agent
+          did not stop (its last heartbeat's C(pids)). Named in the report, never the run's failure.
       type: dict
     rank_logs:
       description: Per rank - C(host) and C(log) (its path relative to the run directory).
@@ -242,6 +264,13 @@ summary:
       description: The launch backend's record of the job (slurm - job id, state, exit code, elapsed, nodes).
       returned: when the backend left C(scheduler.json)
       type: dict
+    refused_files:
+      description:
+        - Names (relative to O(run_dir)) of what the run left in its directory that is not a regular file or a
+          directory - a symbolic link, a FIFO, a socket, a device - so neither brought back nor read (removed from
+          O(run_dir) when the pull brought it); sorted, empty when none.
+      type: list
+      elements: str
 path:
   description: Path of C(summary.json).
   returned: always

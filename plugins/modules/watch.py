@@ -88,6 +88,11 @@ options:
       - When the watch gives up it still returns a result (C(status) V(failed), RV(unreachable) true, a reason that
         names the coordinator), so that the play collects the logs and writes the summary; the run's lease (and
         the dead man's switch, if it still can) stops the run.
+      - The agents' lease (their C(--lease-timeout), which the plan passes) is derived from the defaults of this
+        option, O(status_timeout) and O(poll_interval) (C(module_utils/run/watch.lease_timeout)) - the longest the
+        watch can go without renewing the lease while it retries, and a margin - so that a coordinator the watch
+        still retries is never given up by its agents first. A longer O(status_retry) than the default outlives
+        the lease.
     type: float
     default: 60
   status_timeout:
@@ -204,6 +209,8 @@ cause:
     - What brought the run down when it was neither a rank nor a node - the run directory's disk full (less than 1
       MiB free on the coordinator's view of it; the watch then stops the run on every node at once) - as a sentence
       that starts with C(disk full on) and the coordinator's name, or null. The summary names it first.
+    - When the watch gave up on the coordinator (RV(unreachable)), its reason, which the summary (written with what
+      the play could collect) names first.
   returned: always
   type: str
 unreachable:

@@ -179,12 +179,16 @@ def test_resume_from_a_torn_checkpoint_falls_back_to_the_previous_one(provisione
                        "-e", f"run_id={first}", "-e", "preflight=false", name="resume-src")
     assert res.rc == 0, res.tail()
     # Tear the newest checkpoint as a crash while saving would: its model states cut short.
-    on_coord("f=$(ls /shared/checkpoints/gpt2-tiny/step10/mp_rank_00_model_states.pt) && "
+    on_coord(f"f=$(ls /shared/checkpoints/gpt2-tiny/{first}-step10/mp_rank_00_model_states.pt) && "
              "head -c 100 $f > $f.part && mv $f.part $f")
     resumed = f"e2e-resume-torn-{int(time.time())}"
     res = run_playbook("train.yml", "-e", "model=gpt2-tiny", "-e", "steps=12", "-e", "resume=true",
                        "-e", f"run_id={resumed}", "-e", "preflight=false", name="resume-torn")
     assert res.rc == 0, res.tail()
     summary = load_summary(resumed)
-    assert summary["resume"]["from_tag"] == "step5" and summary["resume"]["start_step"] == 5
-    assert summary["resume"]["skipped"][0]["tag"] == "step10" and "torn" in summary["resume"]["skipped"][0]["why"]
+    # The tags are the run's own (<run_id>-step<N>): the resumed run saves its own, never over the first run's.
+    assert summary["resume"]["from_tag"] == f"{first}-step5" and summary["resume"]["start_step"] == 5
+    skipped = summary["resume"]["skipped"][0]
+    assert skipped["tag"] == f"{first}-step10" and "torn" in skipped["why"]
+    assert on_coord(f"test -d /shared/checkpoints/gpt2-tiny/{first}-step5 && "
+                    f"test -d /shared/checkpoints/gpt2-tiny/{resumed}-step12").returncode == 0

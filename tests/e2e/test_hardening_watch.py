@@ -124,11 +124,12 @@ def deploy_inventory(provisioned, tmp_path):
     return path
 
 
-def stop_at_step_3(inventory, name, stop, what):
+def stop_at_step_3(inventory, name, stop, what, extra=()):
     """A long run through ``inventory``, stopped with ``stop(pid of ansible-playbook)`` at step 3; returns its run id,
     its log and what of it is still running on the nodes 10 s later."""
     run_id = f"e2e-{name}-{int(time.time())}"
-    proc, out, log = start_train(["-i", str(inventory), *TINY, "-e", "steps=100000", "-e", f"run_id={run_id}"], name)
+    proc, out, log = start_train(["-i", str(inventory), *TINY, "-e", "steps=100000", "-e", f"run_id={run_id}",
+                                  *extra], name)
     try:
         stopped = when_step(run_id, 3, lambda: stop(proc.pid))
         assert stopped, "the run never started: " + log.read_text()[-3000:]
@@ -141,9 +142,11 @@ def stop_at_step_3(inventory, name, stop, what):
 
 def test_ctrl_c_stops_every_node_through_abort_when_ansible_logs_in_as_deploy(deploy_inventory):
     """Point 12: Ctrl-C during the watch: every node stops within 10 s, through the ABORT record (not the lease,
-    which takes longer), written as the run's user although Ansible logs in as deploy."""
+    which takes longer), written as the run's user although Ansible logs in as deploy.  With secret_env (issue 44,
+    point 14): deploy becomes the run's account to hand it the secrets file, which needs acl on the nodes (the stack
+    role installs it)."""
     run_id, log, left = stop_at_step_3(deploy_inventory, "deploy-ctrlc", lambda pid: os.killpg(pid, signal.SIGINT),
-                                       "Ctrl-C")
+                                       "Ctrl-C", extra=["-e", '{"secret_env": {"E2E_SECRET": "x"}}'])
     assert left == {}, f"still running 10s after Ctrl-C: {left}"
     abort = json.loads(on_coord(f"cat /shared/runs/{run_id}/control/ABORT").stdout)
     assert abort["host"] == "controller" and "lease" not in abort["reason"], abort

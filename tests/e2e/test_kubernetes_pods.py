@@ -141,9 +141,37 @@ def node(registry):
         assert down.returncode == 0 and not left, down.stdout + down.stderr + "\nstill running: %s" % left
 
 
+def plant_leftovers(node, name):
+    """What a controller that died before its watch started leaves (issue 44, point 14): the run's Service (with
+    its deadline, here 1 s), a Secret and a pod the scheduler can never place (a Pending pod has no kubelet
+    deadline), both owned by the Service."""
+    core, labels = node["core"], {"app.kubernetes.io/name": "multinode-deepspeed",
+                                  "app.kubernetes.io/managed-by": "multinode.deepspeed",
+                                  "multinode-deepspeed.io/run": name}
+    svc = core.create_namespaced_service("default", {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {"multinode-deepspeed.io/deadline-seconds": "1"}},
+        "spec": {"clusterIP": "None", "selector": {"multinode-deepspeed.io/run": name},
+                 "ports": [{"name": "master", "port": 29500}]}})
+    owner = [{"apiVersion": "v1", "kind": "Service", "name": name, "uid": svc.metadata.uid}]
+    core.create_namespaced_secret("default", {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name + "-secrets", "labels": labels,
+                                                           "ownerReferences": owner},
+        "stringData": {"secret_env": "{}"}})
+    core.create_namespaced_pod("default", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name + "-0", "labels": labels, "ownerReferences": owner},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": "no-such-node"}, "restartPolicy": "Never",
+                 "containers": [{"name": "ranks", "image": node["registry"]["ref"], "command": ["true"]}]}})
+    time.sleep(2)  # past its 1 s deadline, by the apiserver's clock (whole seconds)
+
+
 def test_llama_tiny_trains_across_two_real_pods(node):
     run_id = f"e2e-k8s-pods-{int(time.time())}"
     name = f"mnds-{run_id}"
+    dead = f"mnds-e2e-dead-controller-{int(time.time())}"
+    plant_leftovers(node, dead)
     t0 = time.time()
     proc, out, log = start_train(["-e", "backend=kubernetes", "-e", "model=llama-tiny", "-e", "steps=10",
                                   "-e", "preflight=false", "-e", f"run_id={run_id}",
@@ -186,6 +214,18 @@ def test_llama_tiny_trains_across_two_real_pods(node):
     for pod in pods:
         pod_log = (run / "k8s" / f"{pod['pod']}.log").read_text()
         assert "the agent exited with 0" in pod_log, pod_log[-2000:]
+    # The pods ran under the runtime's seccomp filter, with the run's deadline (timeout 3600 s and a minute).
+    assert all(o["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"} and
+               o["spec"]["activeDeadlineSeconds"] == 3660 for o in objects if o["kind"] == "Pod"), objects
+    # What the dead controller left was deleted by this run's start: its Service, then (their owner gone) its
+    # Pending pod and its Secret.
+    assert "mnds-e2e-dead-controller" in text and "past the run's deadline" in text, text[-5000:]
+    assert not k8s_exists(node, "Service", dead, "default")
+    deadline = time.time() + 60
+    while time.time() < deadline and (k8s_exists(node, "Secret", dead + "-secrets", "default")
+                                      or _run_pods(node, dead)):
+        time.sleep(1)
+    assert not k8s_exists(node, "Secret", dead + "-secrets", "default") and not _run_pods(node, dead)
     # The objects are gone, then the pods.
     assert not k8s_exists(node, "Service", name, "default")
     pods_deleted(node, name)

@@ -1,5 +1,6 @@
-"""The shape of the code: module_utils by stage (the folder listing is the architecture), no function past a
-screen, small launch backends whose names are compared nowhere but in their own file."""
+"""The shape of the code: module_utils by stage (the folder listing is the architecture) beside one folder of what
+several stages share, no function past a screen, small launch backends whose names are compared nowhere but in their
+own file."""
 import ast
 import re
 from pathlib import Path
@@ -12,6 +13,8 @@ UNIT_TESTS = ROOT / "tests" / "unit" / "plugins" / "module_utils"
 BACKENDS = MODULE_UTILS / "launch" / "backends"
 # The stages a run goes through, in order: what the folders of module_utils are named after.
 STAGES = ["provision", "plan", "preflight", "launch", "run", "bench"]
+# Beside the stages: what more than one stage uses (the run directory's files, read and written without a link).
+SHARED = ["common"]
 MAX_FUNCTION_LINES = 60
 pytestmark = pytest.mark.quality
 
@@ -50,16 +53,17 @@ def test_no_function_longer_than_a_screen():
 
 def test_module_utils_folders_are_the_stages():
     entries = sorted(p.name for p in MODULE_UTILS.iterdir() if p.name != "__pycache__")
-    assert entries == sorted(STAGES), "plugins/module_utils/ holds one folder per stage and nothing else"
-    for stage in STAGES:
+    assert entries == sorted(STAGES + SHARED), ("plugins/module_utils/ holds one folder per stage and common/ (what "
+                                                "several stages use), nothing else")
+    for stage in STAGES + SHARED:
         assert (MODULE_UTILS / stage / "__init__.py").exists(), stage
         assert list((MODULE_UTILS / stage).glob("*.py")) != [MODULE_UTILS / stage / "__init__.py"], stage
 
 
 def test_unit_tests_mirror_the_stages():
     folders = sorted(p.name for p in UNIT_TESTS.iterdir() if p.is_dir() and p.name != "__pycache__")
-    assert folders == sorted(STAGES)
-    for stage in STAGES:
+    assert folders == sorted(STAGES + SHARED)
+    for stage in STAGES + SHARED:
         assert list((UNIT_TESTS / stage).glob("test_*.py")), "no unit test for stage %s" % stage
 
 

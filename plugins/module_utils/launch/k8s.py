@@ -37,6 +37,19 @@ VOLUME_KINDS = ("pvc", "nfs", "hostPath")
 NAME_MAX = 52
 
 
+# Seconds a pod may outlive the run's timeout (activeDeadlineSeconds) before the kubelet stops it: the agents stop
+# the run at its timeout; the kubelet's deadline is the net under a run whose controller and agents are gone.
+DEADLINE_MARGIN = 60
+
+
+# On the run's Service: seconds after its creation past which no controller follows the run (its timeout and the
+# margin); the next run in the namespace removes it (``leftovers``).
+DEADLINE_ANNOTATION = "multinode-deepspeed.io/deadline-seconds"
+# Seconds a run's objects may stay once every pod ended (or before any pod exists) while its controller collects
+# them; after that the next run in the namespace removes them.
+LEFTOVER_GRACE = 120
+
+
 def object_name(run_id, attempt=1):
     """The run's Service and StatefulSet name: ``mnds-`` + the run id as a DNS label (lower case, '-'), with a
     short hash of the real run id when it had to change, so that two run ids never share a name.  A later attempt
@@ -160,7 +173,9 @@ def pod_security(opts):
     user, group = numeric_id(opts.get("run_as_user")), numeric_id(opts.get("fs_group"))
     if group is None and user:
         group = user
-    out = {}
+    # The container runtime's default seccomp filter (syscalls such as keyctl, kexec, module loading refused), as the
+    # "restricted" Pod Security Standard asks; Kubernetes' own default is Unconfined.
+    out = {"seccompProfile": {"type": "RuntimeDefault"}}
     if group is not None:
         out["fsGroup"] = group
     if user:
@@ -201,6 +216,10 @@ def pod_spec(job, opts, name):
         "automountServiceAccountToken": False,
         "securityContext": pod_security(opts),
     }
+    if job.get("timeout"):
+        # The run's timeout, kept by the kubelet even when no controller is left to stop the run: a pod ends at most
+        # a minute after the agent's own --max-time would have stopped it.
+        spec["activeDeadlineSeconds"] = int(job["timeout"]) + DEADLINE_MARGIN
     if opts.get("host_network"):
         spec["hostNetwork"] = True
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
@@ -229,7 +248,8 @@ def objects(job, opts):
     labels[LABEL] = name
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                     "annotations": {DEADLINE_ANNOTATION: str(int(job.get("timeout") or 0) + DEADLINE_MARGIN)}},
         "spec": {"clusterIP": "None", "selector": {LABEL: name}, "publishNotReadyAddresses": True,
                  "ports": [{"name": "master", "port": int(job["master_port"])}]},
     }
@@ -669,3 +689,48 @@ def preflight_verdicts(opts, extra, kubeconfig_found, namespace, nodes, claim=No
             verdict("kubernetes volume", phase == "Bound", "claim %s is %s" % (vol.get("claim"), phase or "unknown"),
                     "bind the claim to a volume (it is %s)" % phase)
     return out + image_verdicts(opts, image, fingerprints)
+
+
+def leftovers(services, pods, now, grace=LEFTOVER_GRACE, keep=()):
+    """``[{"name", "reason"}]``: the collection's run Services (``services``, from the API by the ``APP`` labels) that
+    no controller follows any more, so that the next run in the namespace deletes them (their pods and Secret go
+    with them, their owner): past the run's deadline (``DEADLINE_ANNOTATION``: a pod never scheduled has no kubelet
+    deadline); every pod ended ``grace`` seconds ago; or no pod at all ``grace`` seconds after the Service was
+    made (a start that died half way).  ``keep``: names never returned (the run about to start)."""
+    by_run = {}
+    for pod in pods or []:
+        by_run.setdefault(((pod.get("metadata") or {}).get("labels") or {}).get(LABEL), []).append(pod)
+    out = []
+    for service in services or []:
+        meta = service.get("metadata") or {}
+        name, created = meta.get("name"), _time(meta.get("creationTimestamp"))
+        if not name or name in keep or created is None:
+            continue
+        reason = _leftover_reason(meta, created, by_run.get(name) or [], now, grace)
+        if reason:
+            out.append({"name": name, "reason": reason})
+    return out
+
+
+def _leftover_reason(meta, created, pods, now, grace):
+    deadline = str((meta.get("annotations") or {}).get(DEADLINE_ANNOTATION) or "")
+    if deadline.isdigit() and int(deadline) and now > created + int(deadline):
+        return "made %ds ago, past the run's deadline of %ss: no controller follows it" % (now - created, deadline)
+    if not pods:
+        return "no pod %ds after it was made" % (now - created) if now - created > grace else None
+    ends = [_pod_end(pod) for pod in pods]
+    if all(end is not None for end in ends) and now - max(ends) > grace:
+        return "every pod ended %ds ago and nothing collected them" % (now - max(ends))
+    return None
+
+
+def _pod_end(pod):
+    """When ``pod`` ended (its container's finish, else its last condition change), or None while it may still run."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return None
+    finished = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for c in status.get("containerStatuses") or []]
+    finished += [_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []]
+    finished = [t for t in finished if t is not None]
+    return max(finished) if finished else _time(status.get("startTime")) or 0.0

@@ -27,6 +27,39 @@ FLAGS = ("--deepspeed_config", "--deepscale_config")
 DOCS = "https://www.deepspeed.ai/docs/config-json/"
 
 
+# Deeper than this, a file is no DeepSpeed config (DeepSpeed's own nest four levels at most), and Python's own walks
+# of it (json, copy) would fail with a RecursionError.
+MAX_DEPTH = 32
+
+
+def too_deep(value, limit=MAX_DEPTH):
+    """Where ``value`` (a JSON value) nests deeper than ``limit`` levels, as a key path (``a.b[0]``), or None.
+    Walks without recursion."""
+    stack = [(value, 0, "")]
+    while stack:
+        item, depth, where = stack.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        if depth >= limit:
+            return where or "(the top)"
+        if isinstance(item, dict):
+            pairs = (("%s.%s" % (where, k) if where else str(k), v) for k, v in item.items())
+        else:
+            pairs = (("%s[%d]" % (where, i), v) for i, v in enumerate(item))
+        for path, child in pairs:
+            stack.append((child, depth + 1, path))
+    return None
+
+
+def depth_problem(given, where, limit=MAX_DEPTH):
+    """The refusal of a config nested deeper than ``limit`` (``where``: too_deep's answer, or None when the JSON
+    parser itself gave up)."""
+    if where and len(where) > 60:
+        where = where[:57] + "..."
+    return ("ds_config=%s nests deeper than %d levels%s: not a DeepSpeed config. Fix: give your DeepSpeed JSON "
+            "config (its sections nest a few levels)" % (given, limit, " (at %s)" % where if where else ""))
+
+
 def find_in_args(args):
     """(the config file given in ``args`` or None, ``args`` without it, re-quoted).
 
@@ -161,14 +194,42 @@ def _unknown_key(m, ctx):
             "remove it%s" % (", or did you mean %s?" % close[0] if close else " or correct its spelling (%s)" % DOCS))
 
 
+# DeepSpeed's pydantic models -> where their fields are in the file (a rank's log names the model, not the section).
+# deepspeed/runtime/zero/config.py, runtime/precision_config.py, comm/config.py, compile/config.py,
+# runtime/tensor_parallel/config.py, inference/config.py, runtime/config.py; DeepSpeedMonitorConfig's fields are
+# top-level keys (tensorboard, wandb, csv_monitor, comet).
+SECTIONS = {"DeepSpeedZeroConfig": "zero_optimization", "DeepSpeedFP16Config": "fp16", "DeepSpeedBF16Config": "bf16",
+            "DeepSpeedZeroOffloadOptimizerConfig": "zero_optimization.offload_optimizer",
+            "DeepSpeedZeroOffloadParamConfig": "zero_optimization.offload_param", "CommsLoggerConfig": "comms_logger",
+            "CompileConfig": "compile", "HybridEngineConfig": "hybrid_engine", "TPTrainingConfig": "tensor_parallel",
+            "WeightQuantConfig": "weight_quantization", "DeepSpeedMonitorConfig": ""}
+
+
+def _in_section(model, field):
+    section = SECTIONS.get(model)
+    return "%s.%s" % (section, field) if section else field
+
+
 def _pydantic(m, ctx):
     model, field, why, value = m.groups()
-    key = ctx.get("key") or field
+    key = ctx.get("key") or _in_section(model, field)
     if "extra_forbidden" in m.group(0):
         return (key, "ds_config: %s is not a key of DeepSpeed's %s" % (key, model),
                 "remove it or correct its spelling (%s)" % DOCS)
+    want = _wanted(why)
     return (key, "ds_config: %s %s: %s (DeepSpeed's %s)" % (key, value, why, model),
-            "give %s a value DeepSpeed accepts" % key)
+            "set %s to %s" % (key, want) if want else "give %s a value DeepSpeed accepts" % key)
+
+
+def _wanted(why):
+    """What pydantic's "Input should be ..." asks for: ``one of 0, 1, 2, 3`` for a choice, else its words."""
+    if not why.startswith("Input should be "):
+        return None
+    want = why[len("Input should be "):]
+    parts = re.split(r", | or ", want)
+    if len(parts) > 1 and all(re.fullmatch(r"'?[\w.+-]+'?", x) for x in parts):
+        return "one of " + ", ".join(sorted(set(parts), key=parts.index))
+    return want.split(", ")[0]
 
 
 def _duplicate(m, _ctx):
@@ -180,6 +241,65 @@ def _duplicate(m, _ctx):
 def _not_json(m, _ctx):
     return ("", "ds_config: %s is not JSON (line %s, column %s: %s)" % m.groups(),
             "correct the JSON there (python -m json.tool %s shows where)" % m.group(1))
+
+
+KINDS = {"whole": "a whole number of at least 1", "bool": "true or false", "int": "a whole number",
+         "float": "a number"}
+
+
+def _kind(m, _ctx):
+    key, kind, value = m.groups()
+    example = {"true or false": "true", "a number": "1.0"}.get(kind, "16" if key == "train_batch_size" else "1")
+    fix = "set %s to %s, such as %s (JSON, without quotes)" % (key, kind, example)
+    if key in ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"):
+        fix += ", or remove it and DeepSpeed derives it from the other batch sizes"
+    return (key, "ds_config: %s is %s; DeepSpeed reads it as %s" % (key, value, kind), fix)
+
+
+def _not_section(m, _ctx):
+    key, value = m.groups()
+    return (key, "ds_config: %s is %s, not a section; DeepSpeed reads it as a JSON object" % (key, value),
+            "give %s an object ({...}) of its keys, or remove it (%s)" % (key, DOCS))
+
+
+JSON_KINDS = {"int": "a number", "float": "a number", "str": "text", "list": "a list", "bool": "true or false",
+              "NoneType": "null"}
+
+
+def _mapping(m, _ctx):
+    model, kind = m.groups()
+    key = SECTIONS.get(model) or model
+    return (key, "ds_config: %s is %s, not a section; DeepSpeed reads it as a JSON object"
+            % (key, JSON_KINDS.get(kind, kind)),
+            "give %s an object ({...}) of its keys, or remove it (%s)" % (key, DOCS))
+
+
+def _batch_type(m, _ctx):
+    return ("train_batch_size",
+            "ds_config: a batch size is not a number (DeepSpeed computed with it: %s)" % m.group(0).strip(),
+            "give train_batch_size, train_micro_batch_size_per_gpu and gradient_accumulation_steps whole numbers "
+            "(16, not \"16\" or \"sixteen\")")
+
+
+def _no_op(m, _ctx):
+    op, builder, accelerator = m.groups()
+    optimizer = op.startswith(("fused_", "cpu_"))
+    fix = ("use an optimizer the %s workers have: Adam or AdamW (with or without offload_optimizer), Adagrad, or a "
+           "torch.optim class name; Lamb and Lion without offload need GPU workers" % accelerator if optimizer else
+           "leave out the setting that needs it on %s workers (aio.use_gds, zero_quantized_*), or use workers whose "
+           "accelerator has it" % accelerator)
+    return ("optimizer.type" if optimizer else "zero_optimization",
+            "ds_config: needs DeepSpeed's %s op (%s), which the %s accelerator does not have (the engine would fail "
+            "at its start)" % (op, builder, accelerator), fix)
+
+
+def _op_incompatible(m, _ctx):
+    op, builder, accelerator, why = m.groups()
+    return ("optimizer.type" if op.startswith(("fused_", "cpu_")) else "zero_optimization",
+            "ds_config: needs DeepSpeed's %s op (%s), which cannot be built on the %s workers: %s"
+            % (op, builder, accelerator, why),
+            "install what it needs on the workers (the stack role's stack_system_packages), or change the config so "
+            "that it does not need %s" % op)
 
 
 # (regex, wording).  DeepSpeed's texts that fit on one line (what a rank's log holds when DeepSpeed refused the
@@ -200,12 +320,30 @@ DEEPSPEED_TEXTS = [
 ]
 OTHER_TEXTS = [
     (r"validation errors? for (\w+)\n(\S+)\n\s+(.+?) \[type=[^,\]]+(?:, input_value=([^,\]]*))?", _pydantic),
+    (r"(?:[\w.]+\.)?(\w+)\(\) argument after \*\* must be a mapping, not (\w+)", _mapping),
+    (r"TypeError: (?:unsupported operand type\(s\) for [^:]+:|'[<>=!]+' not supported between instances of) "
+     r"'(?:str|list|dict|NoneType|bool)' and '\w+'", _batch_type),
+    (r"DeepSpeedConfig reads (\S+) as (%s), not (.*)$" % "|".join(KINDS.values()), _kind),
+    (r"DeepSpeedConfig reads (\S+) as a section, not (.*)$", _not_section),
+    (r"DeepSpeed's (\w+) \((\w+)\) does not exist for the (\w+) accelerator", _no_op),
+    (r"DeepSpeed's (\w+) \((\w+)\) cannot be built on this node for the (\w+) accelerator: (.*)$", _op_incompatible),
     (r"(zero_optimization\.offload_\w+)\.device (\w+) needs ZeRO stage (\d) \(stage is (\S+)\)", _offload_stage),
     (r"DeepSpeedConfig does not read key '([^']*)'", _unknown_key),
     (r"^(.*) is not JSON: line (\d+) column (\d+): (.*)$", _not_json),
 ]
-# For the run's diagnosis (run/diagnose.py): a log line that holds one of DeepSpeed's texts.
-LOG_PATTERN = "|".join("(?:%s)" % rx for rx, _word in DEEPSPEED_TEXTS)
+# For the run's diagnosis (run/diagnose.py): a log line that holds one of DeepSpeed's texts, the first line of
+# pydantic's refusal of a section (the lines after it name the field: LOG_FOLLOW), and a type error DeepSpeed's config
+# code raised computing with a batch size given as text (LOG_CONTEXT says where it must come from).
+LOG_PATTERN = "|".join(["(?:%s)" % rx for rx, _word in DEEPSPEED_TEXTS] + [
+    r"validation errors? for (?:%s)\b" % "|".join(sorted(SECTIONS)),
+    r"(?:[\w.]+\.)?(?:%s)\(\) argument after \*\* must be a mapping" % "|".join(sorted(SECTIONS)),
+    r"TypeError: (?:unsupported operand type\(s\) for [^:]+:|'[<>=!]+' not supported between instances of) "
+    r"'(?:str|list|dict|NoneType|bool)' and '\w+'"])
+# How many lines after a matching log line belong to it (pydantic's model, field and reason).
+LOG_FOLLOW = 2
+# A type error counts only after a frame of DeepSpeed's config code.
+LOG_CONTEXT = re.compile(r"deepspeed/runtime/config\.py\", line \d+, in _(?:batch_assertion|set_batch_related_parameters|"
+                         r"configure_train_batch_size)")
 _COMPILED = [(re.compile(rx, re.S), word) for rx, word in DEEPSPEED_TEXTS + OTHER_TEXTS]
 
 

@@ -24,6 +24,7 @@ import re
 import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsops
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import MASTER_PORT
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
@@ -287,6 +288,29 @@ def recovery_settings(job, settings, problems):
             job["attempt"], job["restarts"]))
 
 
+def min_nodes_problems(job, rank_hosts):
+    """``min_nodes`` above the first attempt's rank nodes: no attempt could ever have as many.  A later attempt runs
+    where the recovery placed it (run_recovery holds it to min_nodes), unchecked here."""
+    wanted = job.get("min_nodes")
+    if not wanted or (job.get("attempt") or 1) > 1 or wanted <= len(rank_hosts):
+        return []
+    return ["min_nodes=%d is more than the job's %d rank node(s) (%s), so no attempt could ever have as many. Fix: "
+            "-e min_nodes=<%d or fewer>, or leave it out (a later attempt then needs as many nodes as the first)"
+            % (wanted, len(rank_hosts), ", ".join(rank_hosts), len(rank_hosts))]
+
+
+def unquarantine_problems(names, known, held):
+    """``-e unquarantine=`` names that are no node of the inventory (``known``: its workers and spares) and not
+    quarantined (``held``): a typo would otherwise release nothing, silently."""
+    unknown = [n for n in names if n not in known and n not in held]
+    if not unknown:
+        return []
+    fix = ("the quarantined nodes are %s" % ", ".join(sorted(held)) if held else
+           "no node is quarantined: leave unquarantine out")
+    return ["unquarantine=%s names %s, which is no worker or spare of the inventory and not quarantined. Fix: name "
+            "inventory nodes (%s)" % (",".join(names), ", ".join(unknown), fix)]
+
+
 def start_timeouts(settings, timeout, problems):
     """``startup_timeout``: seconds the ranks get to start once they can (a Slurm job started, the pods running),
     shorter than ``timeout``; ``queue_timeout``: seconds a job may wait in the scheduler's queue (None: only
@@ -368,15 +392,17 @@ def user_code(job, settings):
     """The user's workdir, DeepSpeed config and trackers (plan/usercode.gather's answer, ``settings["user_inputs"]``)
     as the job has them: ``workdir`` (where it goes, the marker written once it is there, what it is), ``ds_config``
     (the file the ranks read: the user's config with the trackers' monitor sections, written by run_prepare),
-    ``ds_check`` (DeepSpeed's own check of a user script's config at the job's world size), ``tracking``, ``mlflow``
-    (the controller's store) and ``tracking_env`` (the ranks' environment for the trackers)."""
+    ``ds_check`` (DeepSpeed's own check of the user's config at the job's world size, as the bundled trainer merges
+    it for the trainer), ``ds_ops`` (the DeepSpeed ops that config makes the engine load: plan/dsops.py; built on the
+    rank nodes before the start), ``tracking``, ``mlflow`` (the controller's store) and ``tracking_env`` (the ranks'
+    environment for the trackers)."""
     inputs = settings.get("user_inputs") or {}
-    out = {"workdir": None, "ds_config": None, "ds_check": None, "tracking": list(inputs.get("tracking") or []),
-           "mlflow": None, "tracking_env": {}}
+    out = {"workdir": None, "ds_config": None, "ds_check": None, "ds_ops": [],
+           "tracking": list(inputs.get("tracking") or []), "mlflow": None, "tracking_env": {}}
     shipped = inputs.get("workdir")
     if shipped:
         dest = workspace(job["shared_dir"], shipped["id"])
-        fields = ("id", "hash", "root", "count", "bytes", "git", "entrypoint", "files_from_path")
+        fields = ("id", "hash", "root", "count", "bytes", "git", "entrypoint", "files_from_path", "secrets_left_out")
         out["workdir"] = dict((k, shipped.get(k)) for k in fields)
         out["workdir"].update(dest=dest, marker=dest + ".json")
     keys = job.get("secret_keys") or []
@@ -391,9 +417,11 @@ def user_code(job, settings):
         out["ds_config"] = {"source": inputs.get("ds_config_source"), "path": "%s/%s" % (job["run_dir"], name),
                             "text": json.dumps(monitor["config"], indent=2, sort_keys=True) + "\n",
                             "kept": monitor["kept"], "user": inputs.get("ds_config") is not None}
-    if job["entrypoint"] and inputs.get("ds_config") is not None:
+    if inputs.get("ds_config") is not None:
+        out["ds_ops"] = dsops.needed(monitor["config"], bundled=not job["entrypoint"])
         out["ds_check"] = [job["venv"] + "/bin/python", "-m", "multinode_ds.ds_check", "--config", "-",
-                           "--world-size", str(job["world_size"]), "--accelerator", job["accelerator"], "--json"]
+                           "--world-size", str(job["world_size"]), "--accelerator", job["accelerator"], "--json"
+                           ] + dsops.check_args(out["ds_ops"], job["entrypoint"], job["args"])
     return out
 
 
@@ -435,10 +463,15 @@ def args_against_plan(resume, entrypoint, args, problems):
         return
     for arg in args:
         option = arg.split("=", 1)[0]
-        if option in PLANNED_OPTIONS:
-            var = PLANNED_OPTIONS[option]
+        # An abbreviation ("--checkpoint-d", "--step") is what argparse would have read as the planned option.
+        planned = option if option in PLANNED_OPTIONS else next(
+            (o for o in sorted(PLANNED_OPTIONS) if option.startswith("--") and len(option) > 2 and o.startswith(option)),
+            None)
+        if planned is not None:
+            var = PLANNED_OPTIONS[planned]
             problems.append("args sets %s, which the plan sets itself. Fix: %s" % (
-                option, "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
+                option if planned == option else "%s (an abbreviation of %s)" % (option, planned),
+                "-e %s=<value> instead" % var if var else "leave %s out of args" % option))
 
 
 def slots_within_gpus(workers, problems):
@@ -576,7 +609,7 @@ def plan(settings, workers, coordinators, now):
         raise JobError("; ".join(problems))
     rank_hosts = [h["name"] for h in layout["hosts"]]
     check_answered(workers, rank_hosts)
-    problems = address_problems(workers, rank_hosts)
+    problems = address_problems(workers, rank_hosts) + min_nodes_problems(job, rank_hosts)
     if problems:
         raise JobError("; ".join(problems))
     job["scheduler_names"] = dict((h, workers[h].get("scheduler_name") or h) for h in rank_hosts)

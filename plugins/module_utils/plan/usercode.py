@@ -4,7 +4,8 @@
 """What the user brings from the controller: the workdir, the DeepSpeed config, the trackers (issue 23).
 
 ``gather(settings, cwd, runs_dir)`` reads them where ``ansible-playbook`` runs, before anything on the nodes
-changes: the workdir (``workdir``, ``workdir_exclude``, ``workdir_max_mb``: plan/workdir.py), the config
+changes: the workdir (``workdir``, ``workdir_exclude``, ``workdir_max_mb``, ``workdir_include_secrets``,
+``workdir_allow_private``: plan/workdir.py), the config
 (``ds_config``, or ``--deepspeed_config`` in ``args``: plan/dsconfig.py; a JSON object, each key once), the trackers
 (``tracking``) and the MLflow store (``mlflow_tracking_uri``: run/tracking.py).  It returns ``(inputs, problems)``;
 ``plan/job.plan`` turns ``inputs`` into the job (where the workdir goes on the cluster, the config file the ranks
@@ -21,6 +22,7 @@ import json
 import os
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsconfig, workdir
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import FALSE_WORDS, TRUE_WORDS
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
@@ -53,6 +55,10 @@ def read_config(path, given):
     except ValueError as exc:
         raise ValueError("ds_config=%s is not JSON: %s. Fix: correct the file (python3 -m json.tool %s shows where)"
                          % (given, exc, given))
+    except RecursionError:
+        raise ValueError(dsconfig.depth_problem(given, None))
+    if dsconfig.too_deep(config):
+        raise ValueError(dsconfig.depth_problem(given, dsconfig.too_deep(config)))
     if not isinstance(config, dict):
         raise ValueError("ds_config=%s holds a JSON %s, not an object. Fix: a DeepSpeed config is one JSON object "
                          "({\"train_micro_batch_size_per_gpu\": 4, ...})" % (given, type(config).__name__))
@@ -86,23 +92,37 @@ def _max_mb(settings, problems):
     return number
 
 
-def _excludes(settings, problems):
-    value = settings.get("workdir_exclude")
+def _patterns(settings, key, problems, example="*.pt or data/raw/"):
+    """``workdir_exclude`` or ``workdir_include_secrets``: patterns, comma-separated or a list."""
+    value = settings.get(key)
     if value in (None, ""):
         return []
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
     out = [str(x).strip() for x in items if str(x).strip()]
     for pattern in out:
         if "\n" in pattern or "\0" in pattern:
-            problems.append("workdir_exclude: %r is not a pattern. Fix: give patterns such as *.pt or data/raw/"
-                            % pattern)
+            problems.append("%s: %r is not a pattern. Fix: give patterns such as %s" % (key, pattern, example))
     return out
+
+
+def _allow_private(settings, problems):
+    """``workdir_allow_private``: a yes/no value, as Ansible reads booleans (default no)."""
+    value = settings.get("workdir_allow_private")
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    word = str(value).strip().lower()
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        problems.append("workdir_allow_private=%s is not a yes/no value. Fix: -e workdir_allow_private=true or "
+                        "-e workdir_allow_private=false" % value)
+    return word in TRUE_WORDS
 
 
 def _workdir(settings, cwd, problems):
     if settings.get("workdir") in (None, ""):
         return None
-    max_mb, excludes = _max_mb(settings, problems), _excludes(settings, problems)
+    max_mb, excludes = _max_mb(settings, problems), _patterns(settings, "workdir_exclude", problems)
+    include = _patterns(settings, "workdir_include_secrets", problems, ".env.ci or certs/ca.pem")
+    allow = _allow_private(settings, problems)
     if max_mb is None or problems:
         return None
     if not settings.get("entrypoint"):
@@ -111,7 +131,8 @@ def _workdir(settings, cwd, problems):
                         % settings["workdir"])
         return None
     try:
-        return workdir.plan(str(settings["workdir"]), str(settings["entrypoint"]), excludes, max_mb, cwd)
+        return workdir.plan(str(settings["workdir"]), str(settings["entrypoint"]), excludes, max_mb, cwd,
+                            include_secrets=include, allow_private=allow)
     except workdir.WorkdirError as exc:
         problems.append(str(exc))
         return None

@@ -3,11 +3,16 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The user's working directory: what of it goes to the nodes, how big it is and what it is (issue 23).
 
-``plan(root, entrypoint, excludes, max_mb, cwd)`` checks the directory and the entrypoint and returns the files to
-ship (git's view when the directory is in a git work tree: tracked and untracked-but-not-ignored files, so
-.gitignore is respected; else every file but ``.git/``), less ``workdir_exclude``'s patterns, their size, a hash of
-paths, executable bits and contents (not mtimes), the commit they came from, and the ``--files-from`` list rsync
-(``ansible.posix.synchronize``) ships them with.
+``plan(root, entrypoint, excludes, max_mb, cwd, include_secrets, allow_private)`` checks the directory and the
+entrypoint and returns the files to ship (git's view when the directory is in a git work tree: tracked and
+untracked-but-not-ignored files, so .gitignore is respected; else every file but ``.git/``), less
+``workdir_exclude``'s patterns and the files that hold secrets by their names (``SECRET_PATTERNS``, unless
+``workdir_include_secrets`` names them), their size, a hash of paths, executable bits and contents (not mtimes), the
+commit they came from, and the ``--files-from`` list rsync (``ansible.posix.synchronize``) ships them with.
+
+Refused before any file is listed: the whole filesystem, the controller user's home directory (or a directory that
+holds it), and any directory with ``.ssh/`` at its top.  Refused after: a file or directory no one but its owner may
+read on the controller (mode 0600, 0700), unless ``workdir_allow_private``.
 
 Pure Python, stdlib only, no Ansible import: runs on the controller and is unit-tested there.
 """
@@ -19,6 +24,7 @@ __metaclass__ = type
 import fnmatch
 import hashlib
 import os
+import pwd
 import stat
 import subprocess
 
@@ -27,6 +33,21 @@ BIGGEST = 5
 CHUNK = 1024 * 1024
 # Git's variables that would point it at another repository than the workdir's.
 GIT_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
+# Files that hold secrets by their names, left out even when git tracks them (a committed .env is still a secret):
+# GitHub's gitignore templates (.env, .env.*, *.pem, *.key, *.p12, .pypirc), direnv's .envrc, the credential
+# stores of the usual command-line tools (ssh, gpg, aws, az, kubectl, docker, git, npm, psql, mysql, netrc: also
+# wandb's), key stores.
+SECRET_PATTERNS = (
+    ".env", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ppk", "*.kdbx",
+    ".envrc", "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    ".ssh/", ".gnupg/", ".aws/", ".azure/", ".kube/", ".docker/",
+    ".netrc", "_netrc", ".git-credentials", ".pypirc", ".npmrc", ".pgpass", ".my.cnf", ".vault_pass*",
+    "credentials.json", "kubeconfig")
+# .env.* is a secret (.env.local, .env.production), but not the templates projects commit beside it.
+SECRET_ENV_GLOB = ".env.*"
+SECRET_ENV_TEMPLATES = (".env.example", ".env.sample", ".env.template", ".env.dist")
+# How many names an error or a warning lists before "and N more".
+NAMED = 5
 
 
 class WorkdirError(ValueError):
@@ -138,19 +159,109 @@ def _check_name(root, path):
                            "Fix: rename it, or add it to workdir_exclude" % (root, path))
 
 
-def list_files(root, excludes=()):
-    """The sorted relative paths (``/``-separated) of the files and symlinks to ship from the directory ``root``.
-    A symlink is shipped as a link; one that leads out of ``root`` is an error naming it."""
+def secret(path, include=()):
+    """Whether the relative ``path`` holds a secret by its name (``SECRET_PATTERNS``, ``.env.*`` but its templates)
+    and ``include`` (``workdir_include_secrets``'s patterns, as ``excluded`` reads them) does not ship it anyway."""
+    if excluded(path, include):
+        return False
+    name = path.rsplit("/", 1)[-1]
+    if fnmatch.fnmatchcase(name, SECRET_ENV_GLOB) and name not in SECRET_ENV_TEMPLATES:
+        return True
+    return excluded(path, SECRET_PATTERNS)
+
+
+def listing(root, excludes=(), include=()):
+    """``(files, secrets)``: the sorted relative paths (``/``-separated) of the files and symlinks to ship from the
+    directory ``root``, and those left out because they hold secrets (``secret``).  A symlink is shipped as a link;
+    one that leads out of ``root`` is an error naming it."""
     if _inside_git(root):
         paths = _expand(root, _git_files(root))
     else:
         paths = _walk(root)
-    files = sorted(set(p for p in paths if not excluded(p, excludes)))
+    paths = sorted(set(p for p in paths if not excluded(p, excludes)))
+    secrets = [p for p in paths if secret(p, include)]
+    files = [p for p in paths if not secret(p, include)]
     for path in files:
         _check_name(root, path)
         if os.path.islink(os.path.join(root, path)):
             _check_link(root, path)
-    return files
+    return files, secrets
+
+
+def list_files(root, excludes=(), include=()):
+    """The files and symlinks to ship from ``root`` (``listing``'s first half)."""
+    return listing(root, excludes, include)[0]
+
+
+def named(paths):
+    """``a, b, c`` for a person: the first ``NAMED`` of ``paths``, then how many more."""
+    more = len(paths) - NAMED
+    return ", ".join(paths[:NAMED]) + (" and %d more" % more if more > 0 else "")
+
+
+def secrets_line(shipped):
+    """The warning for the files a workdir's plan left out as secrets (``secrets_left_out``); None when none was."""
+    left = (shipped or {}).get("secrets_left_out") or []
+    if not left:
+        return None
+    return ("workdir: %d file(s) left out because their names say they hold secrets: %s. The ranks get secrets from "
+            "secret_env (node-local, mode 0600); to ship such a file anyway: -e workdir_include_secrets=<pattern>"
+            % (len(left), named(left)))
+
+
+def private(root, files):
+    """The shipped files, and the directories in the workdir above them, that neither the group nor others may read
+    on the controller (mode 0600, 0700): sorted, a directory with a trailing ``/``.  Symlinks are not judged (a
+    link's own mode means nothing; its target, in the workdir, is)."""
+    dirs = set()
+    for path in files:
+        parts = path.split("/")[:-1]
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    out = []
+    for path in sorted(dirs) + list(files):
+        info = os.lstat(os.path.join(root, path))
+        if not stat.S_ISLNK(info.st_mode) and not info.st_mode & 0o044:
+            out.append(path + "/" if stat.S_ISDIR(info.st_mode) else path)
+    return sorted(out)
+
+
+def check_private(root, files, allow):
+    """A WorkdirError naming the private files (``private``) unless ``allow`` (``workdir_allow_private``)."""
+    found = [] if allow else private(root, files)
+    if found:
+        raise WorkdirError("workdir %s: %s can be read only by its owner on the controller (no read bit for group or "
+                           "others), so it looks private; on the cluster the run's account (every run's code) could "
+                           "read it. Fix: leave it out (workdir_exclude or .gitignore), or ship it anyway with -e "
+                           "workdir_allow_private=true (chmod go+r also says it is not private)" % (root, named(found)))
+
+
+def home_directories():
+    """The controller user's home directory, as $HOME and as the password database give it (real paths)."""
+    homes = set([os.path.realpath(os.path.expanduser("~"))])
+    try:
+        homes.add(os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir))
+    except KeyError:
+        pass
+    return homes
+
+
+def refuse_broad(path, given):
+    """A WorkdirError when the directory ``path`` (``given``: as the user wrote it) is the whole filesystem, the
+    controller user's home directory or a directory above it, or holds ``.ssh/``: checked before any file is
+    listed (walking ``/`` would take minutes and end on /proc)."""
+    real = os.path.realpath(path)
+    fix = "Fix: give the directory of your project, e.g. -e workdir=~/myproject"
+    if os.path.dirname(real) == real:
+        raise WorkdirError("workdir=%s is the whole filesystem (%s): everything readable there would be copied to the "
+                           "cluster. %s" % (given, real, fix))
+    for home in sorted(home_directories()):
+        if home == real or home.startswith(real.rstrip(os.sep) + os.sep):
+            raise WorkdirError("workdir=%s (%s) %s your home directory %s, with its keys and credentials: they would "
+                               "be copied to the cluster. %s" % (
+                                   given, real, "is" if home == real else "holds", home, fix))
+    if os.path.isdir(os.path.join(real, ".ssh")):
+        raise WorkdirError("workdir=%s (%s) holds .ssh/, as a home directory does: its keys would be on the cluster's "
+                           "shared directory. %s" % (given, real, fix))
 
 
 def _feed(sha, full):
@@ -160,8 +271,9 @@ def _feed(sha, full):
 
 
 def digest(root, files):
-    """sha256 (hex) of each file's relative path, kind (executable file, plain file, symlink), size and content
-    (a symlink: its target), in order: the same tree gives the same hash whatever the mtimes."""
+    """sha256 (hex) of each file's relative path, kind (file the owner may execute, plain file, symlink), size and
+    content (a symlink: its target), in order: the same tree gives the same hash whatever the mtimes and the
+    group's and others' bits."""
     sha = hashlib.sha256()
     for path in files:
         full = os.path.join(root, path)
@@ -171,9 +283,41 @@ def digest(root, files):
             target = os.readlink(full).encode("utf-8", "surrogateescape")
             sha.update(b"l%d\0" % len(target) + target)
             continue
-        sha.update(b"%s%d\0" % (b"x" if info.st_mode & 0o111 else b"f", info.st_size))
+        # The owner's execute bit, as git reads it: the workspace keeps only the owner's bits (rsync --chmod=go-rwx).
+        sha.update(b"%s%d\0" % (b"x" if info.st_mode & stat.S_IXUSR else b"f", info.st_size))
         _feed(sha, full)
     return sha.hexdigest()
+
+
+def planned_files(text):
+    """The relative paths of a ``files_from`` list (``./`` taken off each line)."""
+    return [line[2:] if line.startswith("./") else line for line in (text or "").split("\n") if line]
+
+
+def tree(dest):
+    """The sorted relative paths of every file and symlink under ``dest`` but ``.git`` (a copy, on a node)."""
+    return sorted(_walk(dest))
+
+
+def verify(dest, expected, planned=None):
+    """None when the tree at ``dest`` (every file and symlink but ``.git``, as ``_walk`` lists them) hashes to
+    ``expected`` (the plan's ``hash``), else the sentence saying how it differs: with ``planned`` (the plan's file
+    list), the files missing there and the ones there but not planned, or that the files are the planned ones
+    with another content (a file changed on the controller between the plan and the copy)."""
+    found = tree(dest)
+    there = digest(dest, found)
+    if there == expected:
+        return None
+    why = ""
+    if planned is not None:
+        missing, extra = sorted(set(planned) - set(found)), sorted(set(found) - set(planned))
+        parts = (["missing: %s" % named(missing)] if missing else []) + (
+            ["not planned: %s" % named(extra)] if extra else [])
+        why = ": " + "; ".join(parts) if parts else (
+            ": the files are the planned ones, with another content or kind (changed on the controller since the "
+            "plan read them?)")
+    return "the copy in %s is not the content the plan hashed (%s planned, %s there%s)" % (
+        dest, short_id(expected), short_id(there), why)
 
 
 def short_id(hexdigest):
@@ -228,10 +372,11 @@ def git_info(root):
             "branch": branch.decode().strip() if rc == 0 else None}
 
 
-def validate(root, entrypoint, cwd, files=None):
+def validate(root, entrypoint, cwd, files=None, secrets=()):
     """``(absolute root, entrypoint relative to it or None)``: ``root`` (relative to ``cwd``, where
     ansible-playbook runs) must be a directory, ``entrypoint`` (relative to the workdir, or absolute) a file inside
-    it; with ``files`` (list_files's answer), one of those shipped."""
+    it; with ``files`` (list_files's answer), one of those shipped (``secrets``: the files left out as secrets).
+    The whole filesystem, the home directory and a directory holding ``.ssh/`` are refused (``refuse_broad``)."""
     if not root:
         raise WorkdirError("workdir is empty. Fix: give the directory to ship, e.g. -e workdir=.")
     path = os.path.normpath(os.path.join(cwd, os.path.expanduser(str(root))))
@@ -241,12 +386,13 @@ def validate(root, entrypoint, cwd, files=None):
     if not os.path.isdir(path):
         raise WorkdirError("workdir=%s is a file, not a directory. Fix: give the directory that holds it, e.g. "
                            "-e workdir=%s -e entrypoint=%s" % (root, os.path.dirname(path), os.path.basename(path)))
+    refuse_broad(path, root)
     if not entrypoint:
         return path, None
-    return path, _entrypoint(path, str(entrypoint), files)
+    return path, _entrypoint(path, str(entrypoint), files, secrets)
 
 
-def _entrypoint(root, entrypoint, files):
+def _entrypoint(root, entrypoint, files, secrets=()):
     rel = os.path.relpath(os.path.normpath(os.path.join(root, entrypoint)), root).replace(os.sep, "/")
     if rel == "." or rel == ".." or rel.startswith("../"):
         raise WorkdirError("entrypoint=%s is outside workdir %s: the nodes get only the workdir. Fix: give the "
@@ -257,24 +403,35 @@ def _entrypoint(root, entrypoint, files):
         raise WorkdirError("entrypoint=%s is not a file in workdir %s (looked for %s). Fix: give the script's path "
                            "relative to the workdir" % (entrypoint, root, full))
     if files is not None and rel not in files:
+        if rel in secrets:
+            raise WorkdirError("entrypoint=%s is in workdir %s but not shipped: its name says it holds a secret. Fix: "
+                               "rename it, or ship it with -e workdir_include_secrets=%s" % (entrypoint, root, rel))
         raise WorkdirError("entrypoint=%s is in workdir %s but not shipped: .gitignore or workdir_exclude leaves it "
                            "out. Fix: commit it or take it out of .gitignore, or out of workdir_exclude"
                            % (entrypoint, root))
     return rel
 
 
-def plan(root, entrypoint, excludes, max_mb, cwd):
+def files_from(files):
+    """rsync's ``--files-from`` list of ``files``, one a line, each as ``./<path>``: rsync takes a line that starts
+    with ``#`` or ``;`` for a comment (also with ``--from0``), and ``./`` (where the relative path starts, for
+    ``--relative``) makes it read every name as it is."""
+    return "".join("./" + f + "\n" for f in files)
+
+
+def plan(root, entrypoint, excludes, max_mb, cwd, include_secrets=(), allow_private=False):
     """What ships of the workdir: ``{"root", "files", "count", "bytes", "hash", "id", "git", "entrypoint",
-    "files_from"}`` (``files_from``: the files one per line, for rsync's ``--files-from`` with ``root`` as the
-    source)."""
+    "files_from", "secrets_left_out"}`` (``files_from``: the files one per line as ``files_from`` writes them, for
+    rsync's ``--files-from`` with ``root`` as the source; ``secrets_left_out``: the files left out because their names say they hold secrets)."""
     path, _rel = validate(root, entrypoint, cwd)
-    files = list_files(path, excludes)
+    files, secrets = listing(path, excludes, include_secrets)
     if not files:
         raise WorkdirError("workdir %s has no file to ship: .gitignore or workdir_exclude leaves every one out. Fix: "
                            "give the directory that holds your code, or narrow workdir_exclude" % path)
-    _path, rel = validate(path, entrypoint, path, files)
+    _path, rel = validate(path, entrypoint, path, files, secrets)
+    check_private(path, files, allow_private)
     total = size_report(path, files, max_mb)
     hexdigest = digest(path, files)
     return {"root": path, "files": files, "count": len(files), "bytes": total, "hash": hexdigest,
             "id": short_id(hexdigest), "git": git_info(path), "entrypoint": rel,
-            "files_from": "".join(f + "\n" for f in files)}
+            "files_from": files_from(files), "secrets_left_out": secrets}

@@ -39,6 +39,8 @@ NODE_EXTRA = {"benchcore.py": "bench/core.py", "dsconfigcore.py": "plan/dsconfig
 NAME_RE = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*$")
 # A mirror URL with no credentials in it (debootstrap writes it into the image's apt sources).
 MIRROR_RE = re.compile(r"^(https?|file)://[^\s'\"@]+$")
+# The image's own account (no login shell, a home of its own): the USER its containers run as unless told.
+IMAGE_USER, IMAGE_UID, IMAGE_HOME = "mnds", 65532, "/home/mnds"
 # What goes into the Containerfile's RUN lines unquoted: absolute paths and op builder names.
 PATH_RE = re.compile(r"^/[A-Za-z0-9._/+-]+$")
 OP_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -331,6 +333,13 @@ def containerfile(decision, tag, trainer_version):
         lines.append("RUN mkdir -p %s && chmod 1777 %s" % (ext, ext))
     lines.append("ENV DS_ACCELERATOR=%s TORCH_EXTENSIONS_DIR=%s PATH=%s/bin:/usr/local/sbin:/usr/local/bin:"
                  "/usr/sbin:/usr/bin:/sbin:/bin" % (decision["accelerator"], ext, venv))
+    # A non-root account of its own (numeric, so that a kubelet's runAsNonRoot can check it): what a container of the
+    # image runs as when nothing says otherwise (the pods of a run run as the run account's uid).
+    lines.append("RUN echo '%s:x:%d:%d::%s:/usr/sbin/nologin' >> /etc/passwd && echo '%s:x:%d:' >> /etc/group && "
+                 "mkdir -p %s && chown %d:%d %s && chmod 0700 %s" % (
+                     IMAGE_USER, IMAGE_UID, IMAGE_UID, IMAGE_HOME, IMAGE_USER, IMAGE_UID, IMAGE_HOME, IMAGE_UID,
+                     IMAGE_UID, IMAGE_HOME, IMAGE_HOME))
+    lines.append("USER %d:%d" % (IMAGE_UID, IMAGE_UID))
     for key, value in sorted(labels(decision, tag, trainer_version).items()):
         lines.append("LABEL %s=%s" % (key, json.dumps(value)))
     lines.append('CMD ["%s/bin/python", "-m", "multinode_ds.k8s", "--help"]' % venv)

@@ -21,6 +21,8 @@ HOSTNAME_RE = re.compile(r"(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9
 # A host pattern or a netgroup, as exports(5) reads them (nothing else: no space, no parenthesis).
 PATTERN_RE = re.compile(r"[A-Za-z0-9.*?\[\]-]+|@[A-Za-z0-9_.-]+")
 OPTION_RE = re.compile(r"[a-z_]+(=[A-Za-z0-9_.:/@-]+)?")
+# The largest id anonuid=/anongid= may give: 2**32 - 1 is the invalid id, and nfs-utils keeps ids modulo 2**32.
+MAX_ANON_ID = 2 ** 32 - 2
 # The widest network an export may name without allow_wide (addresses in it: 65536 for IPv4).
 WIDEST_PREFIX = {4: 16, 6: 48}
 REFUSED_OPTIONS = {
@@ -56,6 +58,16 @@ def _client_problem(client, allow_wide):
     return None
 
 
+def _anon_id(value):
+    """``value`` of anonuid=/anongid= as the id nfs-utils would map squashed users to, or None when that is not a
+    plain decimal id of a non-root account: a sign, an empty value, 0 or anything from 2**32 - 1 up (kept modulo 2**32
+    by the kernel's 32-bit id, so 4294967296 is root and 4294967295 is the invalid id) is refused."""
+    if not value or not value.isdigit():
+        return None
+    number = int(value)
+    return number if 0 < number <= MAX_ANON_ID else None
+
+
 def _option_problems(options):
     problems, seen = [], {}
     for option in options:
@@ -67,9 +79,11 @@ def _option_problems(options):
         seen[key] = value
         if key in REFUSED_OPTIONS:
             problems.append("nfs_export_options: %s - %s. Fix: leave %s out" % (key, REFUSED_OPTIONS[key], key))
-        elif key in ("anonuid", "anongid") and value.lstrip("0") == "":
-            problems.append("nfs_export_options: %s=%s maps squashed users to root's id, which undoes root_squash. "
-                            "Fix: leave %s out (nobody) or give a non-root id" % (key, value, key))
+        elif key in ("anonuid", "anongid") and _anon_id(value) is None:
+            problems.append("nfs_export_options: %s=%s is not a plain id from 1 to %d (nfs-utils reads it with "
+                            "strtol into a 32-bit id, so 0, -0 and 4294967296 all become root's id, which undoes "
+                            "root_squash). Fix: leave %s out (nobody) or give a non-root id such as 65534"
+                            % (key, value, MAX_ANON_ID, key))
     if "sync" not in seen:
         problems.append("nfs_export_options: no sync. Fix: add sync (the default), so a write is on disk when the "
                         "server says so")

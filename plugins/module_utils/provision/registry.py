@@ -19,8 +19,9 @@ import re
 import ssl
 
 from urllib.error import HTTPError, URLError
-from urllib.parse import urlencode
-from urllib.request import HTTPSHandler, Request, build_opener
+from urllib.parse import urlencode, urlsplit
+from urllib.request import (HTTPDefaultErrorHandler, HTTPErrorProcessor, HTTPHandler, HTTPRedirectHandler,
+                            HTTPSHandler, OpenerDirector, Request, UnknownHandler)
 
 # registry/name[:tag]: the registry part names a host (a dot or a port) or localhost.
 REFERENCE_RE = re.compile(r"^(?:(?P<registry>[A-Za-z0-9.-]+(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)/)?"
@@ -138,21 +139,66 @@ def challenge(header):
     return scheme.lower(), dict(AUTH_RE.findall(rest))
 
 
+# Token services that are not on the registry's own host, known for the registries that use one.
+TOKEN_HOSTS = {DOCKER_HUB: ("auth.docker.io",)}
+
+
+class _Redirects(HTTPRedirectHandler):
+    """Redirects to HTTPS only (and plain HTTP with ``insecure``): never to another scheme, never down to HTTP."""
+
+    def __init__(self, schemes):
+        self.schemes = schemes
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urlsplit(newurl).scheme.lower() not in self.schemes:
+            raise HTTPError(newurl, code, "refusing a redirect to %s (only %s)" % (
+                urlsplit(newurl).scheme or "a relative address", ", ".join(self.schemes)), headers, fp)
+        return HTTPRedirectHandler.redirect_request(self, req, fp, code, msg, headers, newurl)
+
+
+def make_opener(insecure=False):
+    """An opener that speaks HTTPS only (``insecure``: without certificate checks, and plain HTTP too): urllib's
+    default one also opens ``file:``, ``ftp:`` and ``data:`` addresses, which a registry's 401 could name as its
+    token service."""
+    context = ssl.create_default_context()
+    if insecure:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    opener = OpenerDirector()
+    handlers = [HTTPSHandler(context=context), UnknownHandler(), HTTPDefaultErrorHandler(), HTTPErrorProcessor(),
+                _Redirects(("https", "http") if insecure else ("https",))]
+    if insecure:
+        handlers.append(HTTPHandler())
+    for handler in handlers:
+        opener.add_handler(handler)
+    return opener
+
+
+def realm_problem(realm, host, insecure=False, token_hosts=()):
+    """Why the token service ``realm`` of registry ``host`` is not asked (None: it may be): not HTTPS (plain HTTP
+    only with ``insecure``), or on a host that is neither the registry's, nor its known token service, nor named in
+    ``token_hosts`` (the registry's 401 names the realm; the request to it carries the auth file's credentials)."""
+    parts = urlsplit(str(realm))
+    if parts.scheme.lower() not in (("https", "http") if insecure else ("https",)) or not parts.hostname:
+        return "its token service %r is not an https:// address" % (realm,)
+    allowed = set(h.lower() for h in tuple(token_hosts or ()) + TOKEN_HOSTS.get(host, ()))
+    allowed.update(h.lower().rsplit(":", 1)[0].strip("[]") for h in (host, API_HOSTS.get(host, host)))
+    if parts.hostname.lower() not in allowed:
+        return ("its token service %s is on another host (%s) than the registry: not asked unless "
+                "image_registry_token_hosts names %s" % (realm, parts.hostname, parts.hostname))
+    return None
+
+
 class Registry(object):
     """One registry's API: ``https://<host>/v2/`` (``insecure``: without certificate checks, then plain HTTP)."""
 
-    def __init__(self, host, insecure=False, user=None, password=None, timeout=10, opener=None):
+    def __init__(self, host, insecure=False, user=None, password=None, timeout=10, opener=None, token_hosts=()):
         self.host = host
         self.insecure = insecure
         self.user, self.password = user, password
         self.timeout = timeout
-        if opener is None:
-            context = ssl.create_default_context()
-            if insecure:
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            opener = build_opener(HTTPSHandler(context=context))
-        self.opener = opener
+        self.token_hosts = tuple(token_hosts or ())
+        self.opener = make_opener(insecure) if opener is None else opener
         self.scheme = None
         self.token = None
         self.auth = None
@@ -185,6 +231,9 @@ class Registry(object):
                                          "know: %r" % (header or "")[:100])
         query = dict((k, v) for k, v in (("service", params.get("service")), ("scope", scope)) if v)
         url = params["realm"] + ("?" + urlencode(query) if query else "")
+        problem = realm_problem(params["realm"], self.host, True, self.token_hosts)
+        if problem:
+            raise RegistryError("error", problem)
         if self.user is not None and not url.startswith("https://") and not self.insecure:
             raise RegistryError("credentials", "its token service %s is not HTTPS: the auth file's credentials are "
                                                "not sent there without image_registry_insecure=true" % params["realm"])
@@ -305,7 +354,8 @@ def _reason(exc):
     return str(reason).splitlines()[0][:200] if str(reason) else type(reason).__name__
 
 
-def inspect(ref, auth_file=None, insecure=False, labels=True, opener=None, env=None, home=None, timeout=10):
+def inspect(ref, auth_file=None, insecure=False, labels=True, opener=None, env=None, home=None, timeout=10,
+            token_hosts=()):
     """What the registry says of ``ref``: ``registry``, ``repository``, ``tag``, ``reachable``, ``credentials``
     (the auth file had some), ``exists``, ``digest``, ``labels``, ``error`` (``kind``: unreachable, credentials,
     error) and ``message`` (what is wrong, with the fix) -- the credentials themselves never."""
@@ -319,7 +369,8 @@ def inspect(ref, auth_file=None, insecure=False, labels=True, opener=None, env=N
     out.update(registry=registry, repository=repository, tag=tag)
     user, password, _path = credentials(registry, auth_file, env, home)
     out["credentials"] = user is not None
-    reg = Registry(registry, insecure=insecure, user=user, password=password, opener=opener, timeout=timeout)
+    reg = Registry(registry, insecure=insecure, user=user, password=password, opener=opener, timeout=timeout,
+                   token_hosts=token_hosts)
     try:
         reg.ping()
         out["reachable"] = True

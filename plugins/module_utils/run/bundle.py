@@ -10,9 +10,11 @@ directory except the ``checkpoints`` and ``attempts`` directories, at any depth,
 directory that holds anything else (a symbolic link, a socket), a file that goes away while it is read, or more
 than ``max_bytes`` of files is not packed: ``pack`` says why and the play's rsync collects the run as before.
 
-``unpack`` writes only under its destination: every name is checked (relative, no ``..``, no empty or odd part),
-no directory on the way may be a symbolic link, files are written beside their place and renamed over it (a link
-already there is replaced, never followed), and no mode bit beyond ``0o777`` is kept.
+``pack`` opens each file without following a link and without waiting on a FIFO, and reads it only when it is still
+a regular file (``common/files.py``); ``unpack`` writes only under its destination: every name is checked (relative,
+no ``..``, no empty or odd part), no directory on the way may be a symbolic link, files are written beside their
+place and renamed over it (a link already there is replaced, never followed; ``common/files.py``), and no mode bit
+beyond ``0o777`` is kept.
 
 Pure Python, no Ansible import.
 """
@@ -27,6 +29,8 @@ import os
 import stat
 import zlib
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+
 EXCLUDED_DIRS = ("checkpoints", "attempts")
 MAX_BYTES = 16 * 1024 * 1024
 
@@ -38,7 +42,7 @@ class BundleError(ValueError):
 def pack(root, max_bytes=MAX_BYTES, excluded=EXCLUDED_DIRS):
     """``(bundle, None, files)``: the run directory ``root`` as text (zlib-compressed JSON, base64), or
     ``(None, why, 0)`` when it cannot be packed as the collection would copy it."""
-    entries, total, files = [], 0, 0
+    entries, total, count = [], 0, 0
     root = root.rstrip("/") or "/"
     for here, dirs, names in os.walk(root, onerror=_raise):
         rel_here = os.path.relpath(here, root)
@@ -63,8 +67,10 @@ def pack(root, max_bytes=MAX_BYTES, excluded=EXCLUDED_DIRS):
                 total += info.st_size
                 if total > max_bytes:
                     return None, "the run directory holds more than %d bytes" % max_bytes, 0
-                with open(path, "rb") as fh:
-                    data = fh.read(max_bytes + 1)
+                refused = []
+                data = files.read_bytes(path, root, limit=max_bytes + 1, refused=refused)
+                if data is None:  # replaced since lstat (by a link, a FIFO; a link on the way) or gone
+                    return None, "%s %s" % (rel, "is not a regular file" if refused else "cannot be read: gone"), 0
             except OSError as exc:
                 return None, "%s cannot be read: %s" % (rel, exc.strerror or exc), 0
             total += len(data) - info.st_size  # a file that grew since lstat counts as read
@@ -72,9 +78,9 @@ def pack(root, max_bytes=MAX_BYTES, excluded=EXCLUDED_DIRS):
                 return None, "the run directory holds more than %d bytes" % max_bytes, 0
             entries.append({"path": rel, "mode": stat.S_IMODE(info.st_mode) & 0o777, "mtime": info.st_mtime,
                             "data": base64.b64encode(data).decode("ascii")})
-            files += 1
+            count += 1
     text = json.dumps(entries, sort_keys=True).encode("utf-8")
-    return base64.b64encode(zlib.compress(text, 6)).decode("ascii"), None, files
+    return base64.b64encode(zlib.compress(text, 6)).decode("ascii"), None, count
 
 
 def _raise(exc):
@@ -120,7 +126,7 @@ def unpack(bundle, dest, max_bytes=MAX_BYTES):
     entries = entries_of(bundle, max_bytes)
     os.makedirs(dest, exist_ok=True)
     top = os.path.realpath(dest)
-    files = 0
+    written = 0
     for entry in entries:
         name = safe_name(entry.get("path"))
         target = os.path.join(top, name)
@@ -132,22 +138,16 @@ def unpack(bundle, dest, max_bytes=MAX_BYTES):
             os.chmod(target, mode | 0o700)
         else:
             data = base64.b64decode(str(entry.get("data", "")).encode("ascii"), validate=True)
-            tmp = os.path.join(parent, ".%s.bundle-tmp" % os.path.basename(target))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchmod(fd, mode)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
-            files += 1
+                files.write_bytes(target, data, top, mode)
+            except files.UnsafePath as exc:
+                raise BundleError(str(exc))
+            written += 1
         try:
             os.utime(target, (float(entry.get("mtime", 0)), float(entry.get("mtime", 0))), follow_symlinks=False)
         except (OSError, ValueError, TypeError):
             pass
-    return files
+    return written
 
 
 def _make_dirs(top, rel):

@@ -92,11 +92,7 @@ def diagnose(files, versions=None):
     findings = []
     for rid, rx, cause, remedy in _COMPILED:
         for name in sorted(files):
-            hit = None
-            for line in files[name].splitlines():
-                if rx.search(line):
-                    hit = line.strip()
-                    break
+            hit, after = _first_hit(rid, rx, files[name].splitlines())
             if hit:
                 finding = {"id": rid, "cause": cause, "remedy": remedy, "file": name, "line": hit[-400:]}
                 m = rx.search(hit)
@@ -105,7 +101,7 @@ def diagnose(files, versions=None):
                 if rid == "killed":
                     finding["signal"] = _signal_name(int(m.group(1)))
                 if rid == "ds-config":
-                    _word_ds_config(finding, hit)
+                    _word_ds_config(finding, "\n".join([hit] + after))
                 findings.append(finding)
                 break
     mismatch = version_mismatch(versions or {})
@@ -115,6 +111,28 @@ def diagnose(files, versions=None):
                          "remedy": "Run ansible-playbook site.yml so every node gets the same pinned stack.",
                          "file": "nodes/*.json", "line": ""})
     return findings
+
+
+# What a log adds before a rank's own line: pdsh's "host: ", torch's "[rank0]: ".
+_PREFIX = re.compile(r"^((?:[\w.\-]+: )?(?:\[rank\d+\]: )?)")
+
+
+def _first_hit(rid, rx, lines):
+    """``(line, the lines after it that belong to it)`` of the first line of ``lines`` that ``rx`` matches, or
+    ``(None, [])``.  For ``ds-config``: pydantic's refusal takes the next lines (the field and why: LOG_FOLLOW), and a
+    type error counts only right after a frame of DeepSpeed's config code (a script's own TypeError is not the
+    config's).  A pdsh log's ``host: `` prefix is taken off the lines after."""
+    for i, line in enumerate(lines):
+        if not rx.search(line):
+            continue
+        if rid != "ds-config":
+            return line.strip(), []
+        if "TypeError" in line and not any(dsconfig.LOG_CONTEXT.search(x) for x in lines[max(0, i - 4):i]):
+            continue
+        prefix = _PREFIX.match(line).group(1)
+        after = [x[len(prefix):] if x.startswith(prefix) else x for x in lines[i + 1:i + 1 + dsconfig.LOG_FOLLOW]]
+        return line.strip(), after
+    return None, []
 
 
 def _word_ds_config(finding, hit):

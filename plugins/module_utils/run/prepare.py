@@ -56,7 +56,9 @@ def take_lock(job, where):
     """Hold the checkpoint directory for this run (a stale holder's lock is replaced; of two plays that find it
     stale, one takes it).  A run handed to the user keeps it while it runs."""
     path = job["checkpoint_lock"]
-    holder = lock.take(path, job["run_id"], job["run_dir"], handoff=not (job.get("launch") or {}).get("start", True))
+    # A run with restarts keeps it between its attempts while it waits for its nodes (recover_wait).
+    holder = lock.take(path, job["run_id"], job["run_dir"], handoff=not (job.get("launch") or {}).get("start", True),
+                       recover_wait=job.get("recover_wait"))
     if holder is not None:
         # This play does not start the run: its claim goes, so that the same run id can be tried again later.
         lock.unclaim(job["run_dir"], job.get("run_token") or job["run_id"])

@@ -216,28 +216,89 @@ def to_quarantine(attempts):
     return out
 
 
-def load_quarantine(path):
-    """The quarantine file's nodes (``{node: {"since", "reason", "run_id"}}``); empty when there is none."""
+class RecordError(ValueError):
+    """The quarantine or spares file cannot be read as one: the message names the file and the fix."""
+
+
+# Each record file: its key, what its entries are, and what removing it gives up.
+RECORDS = {
+    "nodes": ("quarantine file (quarantine_file)", "every node it quarantined takes ranks again"),
+    "spares": ("spares file (spares_file)", "every spare a run holds is free again; stop the runs that use spares "
+                                            "first"),
+}
+
+
+def read_record(path, key):
+    """The entries under ``key`` of the record file at ``path`` (``{}`` when there is none).  A file that is empty,
+    not JSON, not a JSON object, or whose ``key`` is not an object is an error naming the file and the fix - never
+    taken as empty (that would let every quarantined node or held spare out)."""
+    path = os.path.expanduser(path) if path else path
     if not path or not os.path.exists(path):
         return {}
+    what, lost = RECORDS[key]
     with open(path) as fh:
         text = fh.read()
-    data = json.loads(text) if text.strip() else {}
-    if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
-        raise ValueError("%s is not a quarantine file (a JSON object with nodes)" % path)
-    return data.get("nodes", {})
+    try:
+        data = json.loads(text)
+        why = None if isinstance(data, dict) and isinstance(data.get(key, {}), dict) else (
+            "not a JSON object with %s" % key)
+    except ValueError as exc:
+        data, why = None, "empty" if not text.strip() else "not JSON (%s)" % exc
+    if why:
+        raise RecordError("%s is not a %s: it is %s. Fix: repair it (a JSON object {\"%s\": {...}}, as the last run "
+                          "wrote it), or remove it (%s)" % (path, what, why, key, lost))
+    return data.get(key, {})
+
+
+def write_record(path, key, entries):
+    """Write the record file whole: a temporary file of this process, flushed to disk, then renamed over it."""
+    directory = os.path.dirname(path)
+    if directory:
+        # Another play may make it at the same moment.
+        os.makedirs(directory, 0o700, exist_ok=True)
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as fh:
+            json.dump({key: entries}, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.rename(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def update_record(path, key, change):
+    """Read the record file, apply ``change`` (entries -> (new entries, answer)) and write it back, all under an
+    exclusive ``flock`` of ``<path>.lock`` (two plays, or two controllers sharing the file, never lose each other's
+    changes); returns the answer.  A file that cannot be read is an error (read_record), and is left as it is."""
+    import fcntl
+
+    path = os.path.expanduser(path)
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, 0o700, exist_ok=True)
+    with open(path + ".lock", "a") as guard:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        new, answer = change(read_record(path, key))
+        write_record(path, key, new)
+    return answer
+
+
+def load_quarantine(path):
+    """The quarantine file's nodes (``{node: {"since", "reason", "run_id"}}``); empty when there is none."""
+    return read_record(path, "nodes")
+
+
+def update_quarantine(path, change):
+    """``update_record`` of the quarantine file: ``change`` gets its nodes."""
+    return update_record(path, "nodes", change)
 
 
 def save_quarantine(path, nodes):
-    """Write the quarantine file whole (a temporary file and a rename)."""
-    directory = os.path.dirname(path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as fh:
-        json.dump({"nodes": nodes}, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.rename(tmp, path)
+    """Write the quarantine file whole, under its lock (a change of what was read: update_quarantine)."""
+    update_quarantine(path, lambda _old: (nodes, None))
 
 
 def quarantine(nodes, add, run_id, release=(), now=None):
@@ -443,27 +504,25 @@ def release_spares(held, run_id):
     return dict((n, r) for n, r in held.items() if r.get("run_id") != run_id)
 
 
+def load_spares(path):
+    """The spares file's holds (``{node: {"run_id", "since", "until"}}``); empty when there is none."""
+    return read_record(path, "spares")
+
+
 def update_spares(path, change):
     """Read the spares file, apply ``change`` (held -> (new held, answer)) and write it back, under an exclusive
     lock (two plays placing at once never take the same spare); returns the answer."""
-    import fcntl
+    return update_record(path, "spares", change)
 
-    path = os.path.expanduser(path)
-    directory = os.path.dirname(path)
-    if directory:
-        # Another play may make it at the same moment.
-        os.makedirs(directory, 0o700, exist_ok=True)
-    with open(path + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        held = {}
-        if os.path.exists(path):
-            with open(path) as fh:
-                text = fh.read()
-            held = (json.loads(text) if text.strip() else {}).get("spares", {})
-        new, answer = change(held)
-        tmp = "%s.%d.tmp" % (path, os.getpid())
-        with open(tmp, "w") as fh:
-            json.dump({"spares": new}, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.rename(tmp, path)
-    return answer
+
+def release_nodes(held, nodes):
+    """``held`` without the holds on ``nodes``, whichever run holds them (``-e unquarantine=<spare>``: a run that
+    ended without giving its spare back)."""
+    return dict((n, r) for n, r in held.items() if n not in nodes)
+
+
+def held_note(node, record):
+    """Why a spare is not free to this run: the run that holds it, until when, and how to let it out."""
+    until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(float(record.get("until") or 0)))
+    return ("spare %s is held by another run (%s, until %s; if that run no longer runs, -e unquarantine=%s lets it "
+            "out)" % (node, record.get("run_id"), until, node))

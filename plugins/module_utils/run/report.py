@@ -3,14 +3,18 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The run's report for a person: Markdown with PNG plots.
 
-``markdown`` is pure; ``plot_series`` imports matplotlib when it is called.
+``markdown`` is pure; ``plot_series`` and ``plot_timeline`` import matplotlib when they are called, and write each
+figure through ``common/files.py`` (beside its place, renamed over it: a link the run left there is not followed).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import io
 import os
+
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
 
 
 def _steps(records):
@@ -31,16 +35,23 @@ def plot_paths(records_by_rank, out_dir):
     return [os.path.join(out_dir, spec[0]) for spec in PLOTS]
 
 
-def plot_series(records_by_rank, rank_host, out_dir):
-    """loss.png, throughput.png and step_time.png (one line per rank, labelled with its host)."""
+def _save(fig, path, root):
+    """The figure as PNG at ``path`` (no directory on the way from ``root`` may be a link)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    files.write_bytes(path, buf.getvalue(), root)
+
+
+def plot_series(records_by_rank, rank_host, out_dir, root=None):
+    """loss.png, throughput.png and step_time.png (one line per rank, labelled with its host) in ``out_dir``, under
+    the run's directory ``root`` (by default the one above ``out_dir``)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if not plot_paths(records_by_rank, out_dir):
         return []
-    if not os.path.isdir(out_dir):
-        os.makedirs(out_dir)
+    root = root or os.path.dirname(os.path.abspath(out_dir))
     paths = []
     for name, title, key, rank0_only in PLOTS:
         fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -59,7 +70,7 @@ def plot_series(records_by_rank, rank_host, out_dir):
             ax.legend(fontsize="small")
         fig.tight_layout()
         path = os.path.join(out_dir, name)
-        fig.savefig(path, dpi=90)
+        _save(fig, path, root)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -95,6 +106,16 @@ def code_and_tracking(summary):
     return ["", "## Code and tracking", ""] + lines if lines else []
 
 
+def refused_files(summary):
+    """The lines naming what the run left in its directory that the controller refused: not regular files (links,
+    FIFOs, sockets, devices), neither brought back nor read."""
+    names = summary.get("refused_files") or []
+    if not names:
+        return []
+    return ["", "## Refused files", "", "Not brought back from the cluster, not read: not regular files (links, FIFOs, "
+            "sockets or devices) that the run left in its directory:", ""] + ["- `%s`" % n for n in names]
+
+
 def markdown(summary, plots):
     """report.md: status, failure and diagnosis first, then the figures."""
     lines = ["# Run %s" % summary.get("run_id"), ""]
@@ -115,6 +136,7 @@ def markdown(summary, plots):
         for d in summary["diagnosis"]:
             lines.append("- **%s** — %s Fix: %s (`%s`: `%s`)" % (d["id"], d["cause"], d["remedy"], d["file"],
                                                                  d["line"][:160]))
+    lines += refused_files(summary)
     lines += ["", "## Run", "", "| | |", "|---|---|"]
     for key in ("model", "backend", "entrypoint", "world_size", "steps", "first_loss", "last_loss",
                 "mean_tokens_per_sec", "wall_time", "exit_status"):
@@ -135,6 +157,13 @@ def markdown(summary, plots):
     lines += code_and_tracking(summary)
     lines += ["", "Ranks per host: " + ", ".join(
         "%s: %s" % (h, r) for h, r in sorted((summary.get("hosts") or {}).items()))]
+    left = summary.get("left_pids") or {}
+    if left:
+        # What the run left running when it ended (a child of the script): named, never the run's failure.
+        lines += ["", "Left running when the run ended, stopped by the node's agent: " + "; ".join(
+            "%s: %s `%s`%s" % (host, e.get("pid"), str(e.get("cmd") or "?").replace("`", "'"),
+                               "" if e.get("stopped") else " (still running)")
+            for host, entries in sorted(left.items()) for e in entries) + "."]
     versions = summary.get("versions") or {}
     if versions:
         pkgs = sorted({k for v in versions.values() if v for k in v})
@@ -148,9 +177,10 @@ def markdown(summary, plots):
     return "\n".join(lines) + "\n"
 
 
-def plot_timeline(attempts, losses, path):
+def plot_timeline(attempts, losses, path, root=None):
     """timeline.png: each attempt as a bar over wall time (its nodes), a fault marked where one ended, and the loss
-    across the attempts by step below (``losses``: per attempt ``[[step, loss], ...]``)."""
+    across the attempts by step below (``losses``: per attempt ``[[step, loss], ...]``), at ``path`` under the run's
+    directory ``root`` (by default the file's own directory)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -181,10 +211,7 @@ def plot_timeline(attempts, losses, path):
     if any(losses):
         bottom.legend(fontsize="small")
     fig.tight_layout()
-    directory = os.path.dirname(path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory)
-    fig.savefig(path, dpi=90)
+    _save(fig, path, root)
     plt.close(fig)
     return path
 

@@ -197,20 +197,26 @@ def _write_control(p, control):
             os.utime(lease, None)
         else:
             _put(lease, "%f\n" % time.time())
-    abort_path = os.path.join(control, "ABORT")
-    if p["abort"] and not os.path.exists(abort_path):
-        _put(abort_path, json.dumps({"reason": p["abort"], "host": "controller", "time": time.time(),
-                                     "lost": p["lost"], "cause": p["cause"]}))
-        changed = True
+    if p["abort"]:
+        # Created exclusively: an ABORT an agent wrote first (it names the real cause) is never overwritten.
+        changed = _put(os.path.join(control, "ABORT"), json.dumps({
+            "reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"], "cause": p["cause"]}),
+            exclusive=True)
     if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
         _put(os.path.join(control, "DONE"), "%f\n" % time.time())
         changed = True
     return changed
 
 
-def _put(path, text):
-    """Write ``path``; when the disk takes the name but not the content (full), the empty file stays."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+def _put(path, text, exclusive=False):
+    """Write ``path``; when the disk takes the name but not the content (full), the empty file stays. With
+    ``exclusive``, only when nothing is there (O_EXCL: not even a link); returns whether it was written."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC), 0o644)
+    except FileExistsError:
+        if exclusive:
+            return False
+        raise
     try:
         os.write(fd, text.encode())
     except OSError:
@@ -220,6 +226,7 @@ def _put(path, text):
             os.close(fd)
         except OSError:
             pass
+    return True
 
 
 def _abort_record(control):

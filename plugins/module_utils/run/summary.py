@@ -219,13 +219,34 @@ def _blame_ranks(summary, failure, abort, lost, quiet_abort=False):
 
 def node_report(nodes):
     """What the summary keeps of the agents' last heartbeats (``{host: heartbeat}``): each node's versions, and
-    its role, state, exit code, why it stopped and the run's processes it left behind."""
+    its role, state, exit code, why it stopped and what the run left running there (``left_pids``, see
+    ``left_behind``); ``left_pids`` also by host, for the nodes that have any (never a failure of the run)."""
+    left = dict((h, left_behind(b)) for h, b in sorted(nodes.items()))
     return {
         "versions": dict((h, b.get("versions")) for h, b in sorted(nodes.items())),
         "nodes": dict((h, {"role": b.get("role"), "state": b.get("state"), "exit_code": b.get("exit_code"),
-                           "reason": b.get("reason"), "left_pids": b.get("pids")})
+                           "reason": b.get("reason"), "left_pids": left[h]})
                       for h, b in sorted(nodes.items())),
+        "left_pids": dict((h, entries) for h, entries in left.items() if entries),
     }
+
+
+def left_behind(beat):
+    """What the run left on a node, from its agent's last heartbeat: ``[{"pid", "cmd", "stopped"}]`` - the processes
+    still there after the launcher's exit (a watcher: after DONE), which the agent stopped after a short grace
+    (its ``left_pids``), then any of the run's processes its last heartbeat still lists (``pids``: the agent did
+    not stop them, or it died while they ran)."""
+    out = []
+    for entry in beat.get("left_pids") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("pid"), int):
+            out.append({"pid": entry["pid"], "cmd": entry.get("cmd"), "stopped": bool(entry.get("stopped"))})
+    listed = dict((e["pid"], e) for e in out)
+    for pid in beat.get("pids") or []:
+        if pid in listed:
+            listed[pid]["stopped"] = False
+        elif isinstance(pid, int):
+            out.append({"pid": pid, "cmd": None, "stopped": False})
+    return out
 
 
 def rank_log_index(rank_logs, rank_host, run_dir):

@@ -133,13 +133,47 @@ def _check_http(uri):
     return uri
 
 
+# The controller's environment variables MLflow's client sends to a tracking server as credentials
+# (mlflow/environment_variables.py): over plain http they would cross the network in clear.
+CREDENTIAL_ENV = ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+# The controller's opt-in to send them over plain http to a host that is not this machine (a network you trust).
+ALLOW_HTTP_ENV = "MULTINODE_DS_MLFLOW_ALLOW_HTTP"
+# Hosts that are this machine: the credentials never leave it.
+LOOPBACK = re.compile(r"^(localhost|[a-z0-9.-]+\.localhost|127(\.[0-9]{1,3}){3}|\[0*:(0*:){0,6}0*1\])$")
+
+
+def _http_host(uri):
+    """The host of an ``http(s)://host[:port][/path]`` URI, lower case (an IPv6 address in its brackets); None for
+    another form."""
+    found = HTTP.match(re.sub(r"^[A-Za-z]+", lambda m: m.group(0).lower(), uri))
+    return found.group("host").lower() if found else None
+
+
+def credentials_in_clear(uri, environ=None):
+    """Why logging to ``uri`` would send the controller's MLflow credentials in clear, with the fix; None when it
+    would not (https, a host that is this machine, no credentials in ``environ``, or the opt-in set)."""
+    environ = os.environ if environ is None else environ
+    if not re.match(r"^http://", str(uri), re.I) or LOOPBACK.match(_http_host(str(uri)) or ""):
+        return None
+    given = [name for name in CREDENTIAL_ENV if environ.get(name)]
+    if not given or str(environ.get(ALLOW_HTTP_ENV, "")).strip().lower() in ("1", "true", "yes", "on"):
+        return None
+    return ("mlflow_tracking_uri=%s is plain http to another host, and %s %s in the controller's environment: "
+            "MLflow's client would send %s in clear over the network. Fix: give the server's https:// URI, or unset "
+            "%s; on a network you trust, set %s=true in the controller's environment to send them anyway" % (
+                uri, " and ".join(given), "is" if len(given) == 1 else "are",
+                "it" if len(given) == 1 else "them", " and ".join(given), ALLOW_HTTP_ENV))
+
+
 def _file_uri(path, cwd=None):
     return "file://" + os.path.abspath(os.path.join(cwd or os.getcwd(), os.path.expanduser(path)))
 
 
-def validate_mlflow_uri(uri, runs_dir, cwd=None):
+def validate_mlflow_uri(uri, runs_dir, cwd=None, environ=None):
     """The tracking URI the controller logs to: ``uri`` checked (a local path becomes an absolute ``file:`` URI,
-    relative to ``cwd``); unset, ``<runs_dir>/mlruns``."""
+    relative to ``cwd``); unset, ``<runs_dir>/mlruns``.  A plain ``http://`` URI to another host is refused while
+    the controller's environment (``environ``, by default this process's) holds MLflow credentials
+    (``credentials_in_clear``)."""
     if uri is None or not str(uri).strip():
         return _file_uri(os.path.join(runs_dir, "mlruns"), cwd)
     uri = str(uri)
@@ -154,7 +188,11 @@ def validate_mlflow_uri(uri, runs_dir, cwd=None):
         return _file_uri(uri, cwd)
     name = scheme.group(1).lower()
     if name in ("http", "https"):
-        return _check_http(uri)
+        _check_http(uri)
+        clear = credentials_in_clear(uri, environ)
+        if clear:
+            raise ValueError(clear)
+        return uri
     if name == "file":
         if not re.match(r"^file:(//)?/[^/]", uri):
             raise _uri_error(uri, "is not a file: URI of an absolute path on the controller (file:///path)")
@@ -170,6 +208,33 @@ def controller_env(uri):
     """The environment the controller's MLflow client needs for ``uri``: mlflow 3.13 and later refuse a ``file:``
     store (the default ``<runs_dir>/mlruns``) unless MLFLOW_ALLOW_FILE_STORE is true."""
     return {"MLFLOW_ALLOW_FILE_STORE": "true"} if str(uri).startswith("file:") else {}
+
+
+# Every request MLflow's client makes to a tracking server is bounded (mlflow/environment_variables.py; its own
+# defaults are 120 s a request and 7 retries with backoff, about 4 minutes a call): the controller's environment
+# wins where it sets one of these.
+HTTP_LIMITS = (("MLFLOW_HTTP_REQUEST_TIMEOUT", "30"), ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2"),
+               ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"))
+# The most seconds mlflow_log spends logging one run, all its calls together, unless its timeout says otherwise.
+LOG_TIMEOUT = 300
+
+
+def request_limits(environ=None):
+    """The MLflow client's request limits to set: each of ``HTTP_LIMITS`` that ``environ`` (by default this
+    process's environment) does not set already."""
+    environ = os.environ if environ is None else environ
+    return dict((name, value) for name, value in HTTP_LIMITS if not str(environ.get(name) or "").strip())
+
+
+def deadline_message(uri, seconds, environ=None):
+    """What mlflow_log says when logging to ``uri`` took more than ``seconds``, with the fix."""
+    environ = os.environ if environ is None else environ
+    return ("MLflow at %s did not finish logging the run within %ds (each request waits at most "
+            "MLFLOW_HTTP_REQUEST_TIMEOUT=%ss, with MLFLOW_HTTP_REQUEST_MAX_RETRIES=%s retries); the run is collected "
+            "(summary.json) but not logged to MLflow. Fix: check that the server answers from the controller, or "
+            "give a slow one more time with -e mlflow_timeout=<seconds>" % (
+                uri, seconds, environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", "?"),
+                environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "?")))
 
 
 def _param_value(value):

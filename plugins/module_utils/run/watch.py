@@ -19,6 +19,42 @@ SUCCESS = "success"
 FAILED = "failed"
 STOPPING = "stopping"
 
+# The watch's defaults (``watch_options``; module watch documents them) that the agents' lease is derived from.
+POLL_INTERVAL = 2.0
+STATUS_RETRY = 60.0
+STATUS_TIMEOUT = 30.0
+# How much longer than the watch can go without renewing the lease the agents wait before they count it stale
+# (a slow start of the module, an NFS client that caches the lease's time stamp for a few seconds).
+LEASE_MARGIN = 15.0
+
+
+def renewal_gap(status_retry=STATUS_RETRY, status_timeout=STATUS_TIMEOUT, poll_interval=POLL_INTERVAL):
+    """The longest the controller's lease can go unrenewed while the watch still tries to reach the coordinator:
+    each status call renews it as it starts; the call after a renewal waits up to ``poll_interval`` and may fail
+    only after ``status_timeout``; failed calls are tried again for ``status_retry`` seconds (StatusRetry), and the
+    last try may itself take ``status_timeout`` before it renews the lease."""
+    return float(poll_interval) + 2 * float(status_timeout) + float(status_retry)
+
+
+def lease_timeout(status_retry=STATUS_RETRY, status_timeout=STATUS_TIMEOUT, poll_interval=POLL_INTERVAL):
+    """The age at which the agents count the controller's lease stale (their ``--lease-timeout``, which the plan
+    passes): the watch's retry window (``renewal_gap``) and a margin, so that a coordinator the watch still retries
+    is never given up by its agents first."""
+    return renewal_gap(status_retry, status_timeout, poll_interval) + LEASE_MARGIN
+
+
+# ssh's keep-alive period for the watch's dead man's switch (seconds).
+SWITCH_ALIVE_INTERVAL = 15
+
+
+def switch_keepalive(status_retry=STATUS_RETRY):
+    """ssh options for the dead man's switch's session: it gives a silent coordinator up only after the agents'
+    lease (``lease_timeout``) would have.  With fewer (ansible.cfg's 3 x 15 s), a 45 s outage of the network ends
+    the session, and its remote end, reading the close as the controller's end, aborts a run the watch still
+    retries."""
+    count = int(-(-lease_timeout(status_retry) // SWITCH_ALIVE_INTERVAL)) + 1
+    return ["-o", "ServerAliveInterval=%d" % SWITCH_ALIVE_INTERVAL, "-o", "ServerAliveCountMax=%d" % count]
+
 
 def decide(status, expected_nodes, launchers, now, heartbeat_timeout=20.0, start_timeout=120.0,
            started_at=None, world_size=None, gone=()):
@@ -100,7 +136,7 @@ def watch_options(args):
         "launchers": list(args["launchers"]),
         "world_size": int(world_size) if world_size not in (None, "") else None,
         "total_steps": args.get("total_steps"),
-        "poll_interval": float(args.get("poll_interval", 2)),
+        "poll_interval": float(args.get("poll_interval", POLL_INTERVAL)),
         "progress_interval": float(args.get("progress_interval", 10)),
         "heartbeat_timeout": float(args.get("heartbeat_timeout", 20)),
         "start_timeout": float(args.get("start_timeout", 120)),
@@ -109,8 +145,8 @@ def watch_options(args):
         "stall_timeout": float(args.get("stall_timeout") or 0) or None,
         "startup_timeout": float(args.get("startup_timeout") or 300),
         "queue_timeout": float(args.get("queue_timeout") or 0) or None,
-        "status_retry": float(args.get("status_retry", 60) if args.get("status_retry") is not None else 60),
-        "status_timeout": float(args.get("status_timeout") or 30),
+        "status_retry": float(args["status_retry"] if args.get("status_retry") is not None else STATUS_RETRY),
+        "status_timeout": float(args.get("status_timeout") or STATUS_TIMEOUT),
         "addresses": dict(args.get("addresses") or {}),
     }
 
@@ -120,7 +156,7 @@ class StatusRetry(object):
     in a row (a success starts over), waiting ``first`` seconds, then twice as long each time, at most ``most``.
     ``deadline``: a time (same clock) after which no more tries are made (the run's timeout)."""
 
-    def __init__(self, limit=60.0, first=1.0, most=10.0):
+    def __init__(self, limit=STATUS_RETRY, first=1.0, most=10.0):
         self.limit, self.first, self.most = float(limit), float(first), float(most)
         self.failed_since = None
         self.failures = 0
@@ -274,13 +310,27 @@ def stall_limit(ranks, stall_timeout=None, floor=45.0, factor=10.0):
     return max(float(floor), factor * median)
 
 
+def compiling(status):
+    """``{host: [op, ...]}``: the DeepSpeed ops the nodes' agents see being compiled now (their heartbeats'
+    ``building``: a rank that loads an op nobody built compiles it first, silently, for minutes)."""
+    out = {}
+    for host, beat in sorted((status.get("nodes") or {}).items()):
+        ops = [str(b.get("op")) for b in (beat or {}).get("building") or [] if isinstance(b, dict) and b.get("op")]
+        if ops:
+            out[host] = ops
+    return out
+
+
 def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, floor=45.0, rank_hosts=None):
     """Is the run stalled?  None, or ``{"reason", "silent_for", "limit", "behind": {host: [ranks]}}``.
 
     The signal: the time of every rank's last metrics record (the bundled trainer writes one per step).  Before
     the first step, a fixed ``startup_timeout`` (model load, DeepSpeed's init, the first collective).  Without
     metrics (a user's script), the newest write to the ranks' logs (``status["logs_mtime"]``), with the same
-    limits: a script that logs nothing for that long looks stalled."""
+    limits: a script that logs nothing for that long looks stalled.  A node that is compiling a DeepSpeed op
+    (``compiling``) is not stalled: the run's timeout bounds a build that never ends."""
+    if compiling(status):
+        return None
     ranks = status.get("ranks") or {}
     steps = dict((int(r), rec) for r, rec in ranks.items() if rec.get("event") == "step")
     if steps:
@@ -375,6 +425,9 @@ def progress_line(status, now, total_steps=None):
         resumed = [r for r in ranks.values() if r.get("event") == "start" and r.get("start_step")]
         parts.append("starting, resumed from step %s" % min(r["start_step"] for r in resumed) if resumed else
                      "starting")
+    ops = compiling(status)
+    if ops:
+        parts.append("compiling " + ", ".join("%s on %s" % ("+".join(o), h) for h, o in ops.items()))
     beats = []
     for host, beat in sorted((status.get("nodes") or {}).items()):
         beats.append("%s %s %.0fs" % (host, beat.get("state", "?"), max(0.0, now - beat.get("time", now))))

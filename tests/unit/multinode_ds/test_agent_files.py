@@ -15,6 +15,8 @@ from multinode_ds import agent
 
 ROOT = Path(__file__).resolve().parents[3]
 RANK = "import time; time.sleep(60)"
+# What the plan passes every agent (backends.Stop.agent_argv).
+PLAN = ["--lease-timeout", "137", "--leftover-grace", "5"]
 
 
 def run_dir(tmp_path, name):
@@ -36,7 +38,7 @@ def test_file_errors_are_tolerated_for_the_patience_then_named():
     assert agent.FileTrouble("w2", 0).reason() == "file error on w2: None (for 0s)"
 
 
-def test_a_full_disk_stops_this_nodes_ranks_and_says_disk_full(tmp_path, monkeypatch, capsys):
+def test_a_full_disk_stops_this_nodes_ranks_and_says_disk_full(tmp_path, monkeypatch, capfd):
     d = run_dir(tmp_path, "full")
     writes = {"n": 0}
     real = agent.write_json
@@ -51,19 +53,19 @@ def test_a_full_disk_stops_this_nodes_ranks_and_says_disk_full(tmp_path, monkeyp
     previous = signal.getsignal(signal.SIGTERM)
     try:
         t0 = time.time()
-        rc = agent.main(["--run-dir", str(d), "--host", "w1", "--interval", "0.1", "--io-patience", "1", "--",
-                         sys.executable, "-c", RANK])
+        rc = agent.main(["--run-dir", str(d), "--host", "w1", "--interval", "0.1", "--io-patience", "1", *PLAN,
+                         "--", sys.executable, "-c", RANK])
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert rc == 1 and time.time() - t0 < 20
-    assert "disk full on w1: [Errno 28] No space left on device" in capsys.readouterr().err
+    assert "disk full on w1: [Errno 28] No space left on device" in capfd.readouterr().err
     assert agent.run_pids("full") == []  # the rank went with it
     assert json.loads((d / "control" / "ABORT").read_text())["reason"].startswith("disk full on w1")
 
 
 def test_a_stale_lease_file_is_not_the_controller_going_away(tmp_path, monkeypatch):
     d = run_dir(tmp_path, "stale")
-    args = agent.parse_args(["--run-dir", str(d), "--host", "w1", "--io-patience", "60"])
+    args = agent.parse_args(["--run-dir", str(d), "--host", "w1", "--io-patience", "60", *PLAN])
     a = agent.Agent(args)
     real = Path.stat
 
@@ -82,7 +84,7 @@ def test_sigterm_stops_the_ranks_and_removes_the_secrets(tmp_path):
     secrets.write_text('{"K": "v"}')
     (d / ".deepspeed_env").write_text("MULTINODE_DS_SECRET_ENV=%s\n" % secrets)
     proc = subprocess.Popen([sys.executable, "-m", "multinode_ds.agent", "--run-dir", str(d), "--host", "w1",
-                             "--interval", "0.2", "--", sys.executable, "-c", RANK], cwd=ROOT)
+                             "--interval", "0.2", *PLAN, "--", sys.executable, "-c", RANK], cwd=ROOT)
     try:
         deadline = time.time() + 20
         while time.time() < deadline and not agent.run_pids("term", exclude={proc.pid}):

@@ -58,6 +58,7 @@ def test_the_runs_secrets_file_goes_when_the_agent_ends(tmp_path):
     secrets = tmp_path / "secrets.json"
     secrets.write_text('{"K": "v"}')
     (run_dir / ".deepspeed_env").write_text("MULTINODE_DS_SECRET_ENV=%s\n" % secrets)
-    rc = agent.main(["--run-dir", str(run_dir), "--host", "n1", "--interval", "0.2", "--", sys.executable, "-c",
+    rc = agent.main(["--run-dir", str(run_dir), "--host", "n1", "--interval", "0.2", "--lease-timeout", "137",
+                     "--leftover-grace", "5", "--", sys.executable, "-c",
                      "import os; assert os.environ['MULTINODE_DS_SECRET_ENV']"])
     assert rc == 0 and not secrets.exists()

@@ -2,6 +2,7 @@
 and the stack's image run it): BUILT when an .so changed, CURRENT when not, the stamp replaced."""
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -31,3 +32,16 @@ def test_a_builder_the_accelerator_lacks_is_skipped(tmp_path):
     res = build_ops(tmp_path, "NoSuchBuilder")
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("CURRENT") and "skipped NoSuchBuilder: the cpu accelerator has no such op" in res.stderr
+
+
+def test_a_stale_build_lock_is_removed_before_building(tmp_path):
+    """A build killed half-way (site.yml interrupted) left torch's lock: every later load would wait for it."""
+    lock = tmp_path / "ext" / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir(parents=True)
+    lock.write_text("")
+    old = time.time() - 600
+    for path in (lock, lock.parent):
+        os.utime(path, (old, old))
+    res = build_ops(tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert not lock.exists() and "removed the stale build lock %s" % lock in res.stderr

@@ -135,3 +135,66 @@ def test_the_command_as_the_nodes_run_it(tmp_path):
     done = subprocess.run(argv + ["--config", str(tmp_path / "absent.json")], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, check=False)
     assert done.returncode == 2 and "no such file" in done.stderr
+
+
+# -- issue 44: what DeepSpeed rejects at engine start, or computes with unchecked ---------------------------------
+
+def test_a_batch_size_given_as_text_is_named_with_its_value_and_fix(capsys, tmp_path):
+    report = run(capsys, write(tmp_path, {"train_batch_size": "sixteen"}))
+    assert [(p["key"], p["message"]) for p in report["problems"]] == [
+        ("train_batch_size",
+         'ds_config: train_batch_size is "sixteen"; DeepSpeed reads it as a whole number of at least 1')]
+    assert report["problems"][0]["fix"].startswith("set train_batch_size to a whole number of at least 1, such as 16")
+    problems = by_key(run(capsys, write(tmp_path, {"train_micro_batch_size_per_gpu": 4,
+                                                   "gradient_accumulation_steps": "2", "steps_per_print": 0,
+                                                   "prescale_gradients": "false", "gradient_clipping": "1.0"})))
+    assert set(problems) == {"gradient_accumulation_steps", "steps_per_print", "prescale_gradients",
+                             "gradient_clipping"}
+    assert problems["prescale_gradients"]["message"].endswith("DeepSpeed reads it as true or false")
+    assert problems["gradient_clipping"]["message"].endswith("DeepSpeed reads it as a number")
+    assert run(capsys, write(tmp_path, {"train_batch_size": 16, "gradient_clipping": 1, "prescale_gradients": False,
+                                        "steps_per_print": 5}))["ok"]
+
+
+def test_zero_stage_seven_names_the_key_and_the_stages(capsys, tmp_path):
+    problem = run(capsys, write(tmp_path, {"train_batch_size": 16, "zero_optimization": {"stage": 7}}))["problems"]
+    assert [(p["key"], p["fix"]) for p in problem] == [("zero_optimization.stage",
+                                                        "set zero_optimization.stage to one of 0, 1, 2, 3")]
+    assert problem[0]["message"].startswith("ds_config: zero_optimization.stage 7: Input should be 0, 1, 2, 3")
+
+
+def test_a_section_that_is_not_an_object(capsys, tmp_path):
+    for key in ("zero_optimization", "activation_checkpointing"):
+        problems = run(capsys, write(tmp_path, {"train_batch_size": 16, key: 2}))["problems"]
+        assert [(p["key"], p["message"]) for p in problems] == [
+            (key, "ds_config: %s is 2, not a section; DeepSpeed reads it as a JSON object" % key)]
+
+
+def test_the_ops_the_config_needs_are_looked_for_on_this_accelerator(capsys, tmp_path):
+    config = write(tmp_path, {"train_batch_size": 16, "optimizer": {"type": "Lamb", "params": {"lr": 0.1}}})
+    rc = ds_check.main(["--config", str(config), "--world-size", "2", "--accelerator", "cpu", "--json",
+                        "--op", "FusedLambBuilder", "--op", "CPUAdamBuilder"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["ops"] == ["cpu_adam"]
+    assert [(p["key"], p["message"]) for p in report["problems"]] == [(
+        "optimizer.type", "ds_config: needs DeepSpeed's fused_lamb op (FusedLambBuilder), which the cpu accelerator "
+        "does not have (the engine would fail at its start)")]
+
+
+def test_the_bundled_trainers_config_is_checked_as_it_merges_it(capsys, tmp_path):
+    config = write(tmp_path, {"train_batch_size": 32})
+    base = ["--config", str(config), "--world-size", "2", "--accelerator", "cpu", "--json", "--bundled"]
+    assert ds_check.main(base) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["problems"][0]["message"] == (
+        "ds_config: train_batch_size 32 \u2260 micro batch 4 \u00d7 accumulation 1 \u00d7 world 2")
+    assert ds_check.main(base + ["--", "--micro-batch", "16", "--lr", "1e-3"]) == 0
+    assert json.loads(capsys.readouterr().out)["derived"]["train_micro_batch_size_per_gpu"] == 16
+
+
+def test_a_deeply_nested_file_is_refused_with_a_sentence(capsys, tmp_path):
+    for depth in (10000, 100):
+        report = run(capsys, write(tmp_path, '{"a": ' + "[" * depth + "]" * depth + "}"))
+        assert len(report["problems"]) == 1
+        assert report["problems"][0]["message"].startswith(
+            "ds_config: %s nests deeper than 32 levels" % (tmp_path / "ds.json"))

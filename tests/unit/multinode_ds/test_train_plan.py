@@ -77,3 +77,12 @@ def test_trainer_options_that_cannot_work_fail_the_dry_run(capsys, argv, needle)
 def test_every_bad_option_is_named_at_once(capsys):
     rc, dummy, err = run(capsys, "--micro-batch", "0", "--print-every", "0")
     assert rc == 2 and "--micro-batch 0" in err and "--print-every 0" in err
+
+
+def test_the_trainer_takes_no_abbreviation_of_an_option():
+    """Issue 44, point 4: "--checkpoint-d" is not --checkpoint-dir (the plan sets that one)."""
+    import pytest as _pytest
+    from multinode_ds import train
+    with _pytest.raises(SystemExit):
+        train.parse_args(["--run-dir", "/r", "--checkpoint-d", "/elsewhere"])
+    assert train.parse_args(["--run-dir", "/r", "--checkpoint-dir", "/c"]).checkpoint_dir == "/c"

@@ -72,4 +72,61 @@ def test_quarantined_workers_take_no_ranks_and_are_named_until_let_out(tmp_path)
     assert '"nodes": {}' in path.read_text()
     path.write_text("[]")
     res = action({}).run(task_vars=task_vars(run_id="r3", quarantine_file=str(path)))
-    assert res["failed"] and "The quarantine file cannot be read" in res["msg"]
+    assert res["failed"] and "%s is not a quarantine file (quarantine_file)" % path in res["msg"]
+    assert "Fix: repair it" in res["msg"] and path.read_text() == "[]"
+
+
+def test_an_unquarantine_of_no_known_node_is_refused_before_the_file_changes(tmp_path):
+    path = tmp_path / "quarantine.json"
+    text = '{"nodes": {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}}}'
+    path.write_text(text)
+    res = action({}).run(task_vars=task_vars(run_id="r1", quarantine_file=str(path), unquarantine="worker2,nosuchhost"))
+    assert res["failed"] is True
+    assert res["msg"] == ("The job cannot start: unquarantine=worker2,nosuchhost names nosuchhost, which is no worker "
+                          "or spare of the inventory and not quarantined. Fix: name inventory nodes (the quarantined "
+                          "nodes are worker2).")
+    assert path.read_text() == text
+    # A spare of the inventory is a node too; with nothing quarantined, the fix says so.
+    path.write_text('{"nodes": {}}')
+    tv = task_vars(run_id="r2", quarantine_file=str(path), unquarantine="spare1")
+    tv["groups"]["spares"] = ["spare1"]
+    assert not action({}).run(task_vars=tv).get("failed")
+    res = action({}).run(task_vars=task_vars(run_id="r3", quarantine_file=str(path), unquarantine="wrker1"))
+    assert "Fix: name inventory nodes (no node is quarantined: leave unquarantine out)" in res["msg"]
+
+
+def test_min_nodes_above_the_rank_nodes_is_refused(tmp_path):
+    res = action({}).run(task_vars=task_vars(run_id="r1", min_nodes="5", restarts="2",
+                                             quarantine_file=str(tmp_path / "q.json")))
+    assert res["failed"] is True
+    assert ("min_nodes=5 is more than the job's 2 rank node(s) (worker1, worker2), so no attempt could ever have as "
+            "many. Fix: -e min_nodes=<2 or fewer>") in res["msg"]
+    res = action({}).run(task_vars=task_vars(run_id="r2", min_nodes="2", restarts="2",
+                                             quarantine_file=str(tmp_path / "q.json")))
+    assert not res.get("failed") and res["job"]["min_nodes"] == 2
+
+
+def test_the_secrets_a_workdir_leaves_out_are_named_once_per_run(tmp_path, monkeypatch):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text("print(1)\n")
+    (proj / ".env").write_text("K=v\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    res = action({}).run(task_vars=task_vars(run_id="r1", workdir="proj", entrypoint="train.py",
+                                             quarantine_file=str(tmp_path / "q.json")))
+    assert not res.get("failed"), res.get("msg")
+    assert res["job"]["workdir"]["secrets_left_out"] == [".env"]
+    assert res["warnings"] == ["workdir: 1 file(s) left out because their names say they hold secrets: .env. The "
+                               "ranks get secrets from secret_env (node-local, mode 0600); to ship such a file "
+                               "anyway: -e workdir_include_secrets=<pattern>"]
+    files = (tmp_path / "home" / ".cache" / "multinode-deepspeed" / "workspaces" / (
+        res["job"]["workdir"]["hash"] + ".files")).read_text()
+    assert files == "./train.py\n"
+    again = action({"settings": {"user_inputs": res["user_inputs"], "attempt": 2}}).run(
+        task_vars=task_vars(run_id="r1", restarts="1", quarantine_file=str(tmp_path / "q.json")))
+    assert not again.get("failed"), again.get("msg")
+    assert not again.get("warnings")
+    res = action({}).run(task_vars=task_vars(run_id="r3", workdir="proj", entrypoint="train.py",
+                                             workdir_include_secrets=".env", quarantine_file=str(tmp_path / "q.json")))
+    assert not res.get("warnings") and res["job"]["workdir"]["count"] == 2

@@ -55,6 +55,12 @@ def test_the_switch_has_a_connection_of_its_own(tmp_path, fake_ssh, monkeypatch)
     # ssh keeps an option's first value: no multiplexing over Ansible's master, whatever Ansible's options say.
     assert argv[:at] == [b"sshpass", b"-d", b"12"]
     assert argv[at + 1:at + 5] == [b"-o", b"ControlMaster=no", b"-o", b"ControlPath=none"]
+    # Issue 44, point 6: the session outlasts the agents' lease when the coordinator goes silent (ansible.cfg's
+    # ServerAliveCountMax=3 x 15 s dropped it in a 45 s outage, and its remote end aborted the run).
+    interval, count = argv[at + 6], argv[at + 8]
+    assert interval == b"ServerAliveInterval=15" and count.startswith(b"ServerAliveCountMax=")
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+    assert 15 * int(count.split(b"=")[1]) > lease_timeout()
 
 
 @pytest.mark.parametrize("reason,expected", [

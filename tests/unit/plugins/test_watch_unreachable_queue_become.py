@@ -52,6 +52,8 @@ def test_a_watch_that_gives_up_returns_a_failed_result(shown):
     assert result["status"] == "failed" and result["unreachable"] is True
     assert result["reason"].startswith("the coordinator coord could not be reached or read for ")
     assert "Connection refused" in result["reason"]
+    # The summary, written with what the play could collect, names it first (issue 44, point 6).
+    assert result["cause"] == result["reason"]
     # No lock given back and no probe through a coordinator that does not answer.
     assert run.calls == []
 

@@ -30,6 +30,8 @@ import json
 import shlex
 from collections import OrderedDict
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+
 
 class BackendError(ValueError):
     """An unknown backend; the message lists the known ones."""
@@ -182,10 +184,15 @@ def agent_shell(backend, job, node_index):
         return ""
     index = dict((h, n) for n, h in enumerate(job["rank_hosts"]))
     name = "\0host"  # a word no argv holds: the node's name in the agent's argv, read from $h
-    agent = " ".join('"$h"' if w == name else shlex.quote(w) for w in backend.stop.agent_argv(job, name, None))
-    return ('case %s in %s *) h= ;; esac && { [ -z "$h" ] || setsid -f %s </dev/null >>%s/nodes/"$h".agent.log 2>&1; }'
-            ' && ' % (node_index, " ".join("%d) h=%s ;;" % (index[h], shlex.quote(h)) for h in hosts), agent,
-                      shlex.quote(job["run_dir"])))
+    agent = " ".join('"$h"' if w == name else shlex.quote(w)
+                     for w in backend.stop.agent_argv(job, name, None) + ["--ready-fd", "3"])
+    # The ranks start only once the agent watches the run: it writes "ready" to descriptor 3 (the command
+    # substitution's pipe, which ends when the agent closes it or exits); else the node's command fails, naming it.
+    return ('case %s in %s *) h= ;; esac && { [ -z "$h" ] || { r=$(setsid -f %s 3>&1 </dev/null '
+            '>>%s/nodes/"$h".agent.log 2>&1) && [ "$r" = ready ]; } || { echo "the run\'s agent on $h is not '
+            'running (nodes/$h.agent.log says why): its ranks are not started" >&2; exit 1; }; } && ' % (
+                node_index, " ".join("%d) h=%s ;;" % (index[h], shlex.quote(h)) for h in hosts), agent,
+                shlex.quote(job["run_dir"])))
 
 
 def world_info(job):
@@ -237,12 +244,17 @@ class Stop(Part):
     # Seconds a watcher agent waits after an abort for the run's processes to end by themselves (a scheduler
     # stopping its job) before it kills them; 0: at once.
     sweep_after = 0
+    # Seconds what the run left running after its launcher's exit (a watcher: after DONE) gets to end by itself
+    # before the agent stops it and names it (left_pids).
+    leftover_grace = 5
 
     def agent_argv(self, job, node, launch):
         """The node's agent (multinode_ds.agent): it starts ``launch`` (the launcher's argv, or none: it
-        only watches), beats, and stops the run's processes on abort or a stale lease."""
+        only watches), beats, and stops the run's processes on abort or a stale lease (``--lease-timeout``: longer
+        than the watch goes without renewing it while it still retries, ``run/watch.lease_timeout``)."""
         argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.agent", "--run-dir", job["run_dir"],
-                "--host", node, "--max-time", str(job["timeout"])]
+                "--run-id", job["run_id"], "--host", node, "--max-time", str(job["timeout"]),
+                "--lease-timeout", "%g" % lease_timeout(), "--leftover-grace", "%g" % self.leftover_grace]
         if not launch and self.sweep_after:
             argv += ["--sweep-after", str(self.sweep_after)]
         if launch and self.signal != "TERM":

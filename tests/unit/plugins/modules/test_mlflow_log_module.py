@@ -64,3 +64,48 @@ def test_logs_the_run_once_and_mlflow_finds_it(run_dir, tmp_path, run_module, mo
 def test_a_run_without_its_summary_is_not_logged(tmp_path, run_module):
     res = run_module(mlflow_log, args(tmp_path / "missing", tmp_path / "mlruns"))
     assert res["failed"] is True and "summary.json cannot be read" in res["msg"]
+
+
+def test_credentials_for_another_host_over_plain_http_are_refused_before_mlflow_is_called(run_dir, tmp_path, run_module,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "s3cret")
+    monkeypatch.delenv("MULTINODE_DS_MLFLOW_ALLOW_HTTP", raising=False)
+    called = []
+    monkeypatch.setattr(mlflow_log, "log", lambda *a: called.append(a))
+    res = run_module(mlflow_log, args(run_dir, tmp_path, tracking_uri="http://mlflow.example.com:5000"))
+    assert res["failed"] is True and called == []
+    assert "MLFLOW_TRACKING_TOKEN is in the controller's environment" in res["msg"] and "s3cret" not in res["msg"]
+
+
+def test_every_request_is_bounded_and_the_whole_logging_stops_at_its_timeout(run_dir, tmp_path, run_module,
+                                                                             monkeypatch):
+    import socket
+    import time
+
+    # A server that takes the connection and never answers (a hung tracking server).
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "")
+    seen = {}
+    real_log = mlflow_log.log
+
+    def log(*a):
+        import os
+        seen.update((k, os.environ[k]) for k in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES"))
+        # One request on its own would wait 30 s (3 tries: 90 s and more): the module's timeout ends it first.
+        return real_log(*a)
+
+    monkeypatch.setattr(mlflow_log, "log", log)
+    uri = "http://127.0.0.1:%d" % server.getsockname()[1]
+    started = time.monotonic()
+    try:
+        res = run_module(mlflow_log, args(run_dir, tmp_path, tracking_uri=uri, timeout=2))
+    finally:
+        server.close()
+    assert time.monotonic() - started < 20
+    assert seen == {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2"}
+    assert res["failed"] is True
+    assert res["msg"].startswith("MLflow at %s did not finish logging the run within 2s" % uri), res["msg"]

@@ -162,7 +162,10 @@ def test_a_lock_whose_run_ended_or_went_silent_is_taken_over(tmp_path, run_modul
     first = lock_job(tmp_path, "run-a")
     run_module(run_prepare, {"job": first})
     lease = os.path.join(first["run_dir"], "control", "lease")
-    os.utime(lease, (os.path.getmtime(lease) - 120, os.path.getmtime(lease) - 120))
+    # Older than the agents' lease timeout (the watch's retry window and a margin): its controller is gone.
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock as _lock
+    old = os.path.getmtime(lease) - _lock.LEASE_ALIVE - 5
+    os.utime(lease, (old, old))
     second = lock_job(tmp_path, "run-b")
     assert run_module(run_prepare, {"job": second})["changed"] is True
     assert '"run_id": "run-b"' in open(second["checkpoint_lock"]).read()

@@ -13,9 +13,10 @@ import pytest
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import pdsh
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
 
-JOB = {"coordinators": ["c1"], "rank_hosts": ["a", "b"], "venv": "/v", "run_dir": "/r/1", "timeout": 60,
-       "master_addr": "10.0.0.1", "master_port": 29500, "slots": {"a": 1, "b": 2}}
+JOB = {"coordinators": ["c1"], "rank_hosts": ["a", "b"], "venv": "/v", "run_dir": "/r/1", "run_id": "r",
+       "timeout": 60, "master_addr": "10.0.0.1", "master_port": 29500, "slots": {"a": 1, "b": 2}}
 RANK = ["--module", "multinode_ds.rank", "--run-dir", "/r/1"]
 # {"a": [0], "b": [0, 1]} as DeepSpeed's runner encodes it.
 WORLD = "eyJhIjogWzBdLCAiYiI6IFswLCAxXX0="
@@ -27,7 +28,10 @@ def launch_py(node_rank):
             "/r/1/logs"]
 
 
-AGENT = ["/v/bin/python", "-m", "multinode_ds.agent", "--run-dir", "/r/1", "--host"]
+AGENT = ["/v/bin/python", "-m", "multinode_ds.agent", "--run-dir", "/r/1", "--run-id", "r", "--host"]
+# What every agent gets from the plan beside its node: the run's timeout, the lease the watch's retry window derives
+# (run/watch.lease_timeout) and the grace of what the run leaves running.
+PLAN = ["--max-time", "60", "--lease-timeout", "%g" % lease_timeout(), "--leftover-grace", "5"]
 
 
 def test_a_keyword_changes_a_parts_data_and_only_its_own():
@@ -80,11 +84,12 @@ def test_start_argv_without_a_launcher_is_deepspeeds_node_launcher_on_each_node(
 
 
 def test_stop_gives_the_agent_its_signal_only_with_a_launch_and_its_sweep_only_without():
-    assert backends.Stop().agent_argv(JOB, "a", ["x"]) == AGENT + ["a", "--max-time", "60", "--", "x"]
-    assert backends.Stop().agent_argv(JOB, "b", None) == AGENT + ["b", "--max-time", "60"]
-    stop = backends.Stop(signal="KILL", sweep_after=15)
-    assert stop.agent_argv(JOB, "a", ["x"]) == AGENT + ["a", "--max-time", "60", "--stop-signal", "KILL", "--", "x"]
-    assert stop.agent_argv(JOB, "b", []) == AGENT + ["b", "--max-time", "60", "--sweep-after", "15"]
+    assert backends.Stop().agent_argv(JOB, "a", ["x"]) == AGENT + ["a"] + PLAN + ["--", "x"]
+    assert backends.Stop().agent_argv(JOB, "b", None) == AGENT + ["b"] + PLAN
+    stop = backends.Stop(signal="KILL", sweep_after=15, leftover_grace=2.5)
+    plan = PLAN[:-1] + ["2.5"]
+    assert stop.agent_argv(JOB, "a", ["x"]) == AGENT + ["a"] + plan + ["--stop-signal", "KILL", "--", "x"]
+    assert stop.agent_argv(JOB, "b", []) == AGENT + ["b"] + plan + ["--sweep-after", "15"]
 
 
 def test_the_other_parts_default_to_nothing_of_their_own():
@@ -105,7 +110,7 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
     assert launch["name"] == "plain" and launch["launchers"] == ["a", "b"] and launch["stop"] == "lease"
     assert launch["secret_hosts"] == ["a", "b"]
     assert launch["argv"]["a"] == launch_py(0) + RANK
-    assert launch["agent_argv"]["b"] == AGENT + ["b", "--max-time", "60", "--"] + launch["argv"]["b"]
+    assert launch["agent_argv"]["b"] == AGENT + ["b"] + PLAN + ["--"] + launch["argv"]["b"]
     assert (launch["checks"], launch["tasks"], launch["follow"], launch["extra"]) == (None, None, None, {})
 
 
@@ -140,6 +145,8 @@ FAKE_PYTHON = """#!%s
 import json, os, sys
 print(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
                   "session_leader": os.getsid(0) == os.getpid(), "stdin": os.path.realpath("/proc/self/fd/0")}))
+if "--ready-fd" in sys.argv and "NOT_READY" not in os.environ:  # the agent says it watches the run
+    os.write(int(sys.argv[sys.argv.index("--ready-fd") + 1]), b"ready\\n")
 """ % sys.executable
 
 
@@ -173,6 +180,28 @@ def test_pdshs_node_command_starts_no_second_agent_on_the_launchers_node_and_pas
     assert agent["argv"][agent["argv"].index("--host") + 1] == odd
     assert sorted(p.name for p in (run_dir / "nodes").iterdir()) == [odd + ".agent.log"]
     assert not (tmp_path / "pwned").exists() and not (run_dir / "pwned").exists()
+
+
+def test_pdshs_node_command_starts_no_rank_when_the_nodes_agent_does_not_watch(tmp_path):
+    """An agent that stops before it watches the run (a bad argument, a run already aborted, a shared directory it
+    cannot write) closes its --ready-fd without a word: the node's command fails, naming it, and launch.py never
+    starts (pdsh then reports the node's exit code, and the coordinator's agent aborts the run naming the node)."""
+    run_dir, venv = tmp_path / "run-1", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(FAKE_PYTHON)
+    os.chmod(venv / "bin" / "python", 0o755)
+    (run_dir / "nodes").mkdir(parents=True)
+    (run_dir / ".deepspeed_env").write_text("MULTINODE_DS_RUN_ID=r\n")
+    job = dict(JOB, venv=str(venv), run_dir=str(run_dir), coordinators=["c1"], rank_hosts=["a", "b"])
+    command = pdsh.pdsh_argv(job)[-1].replace("%n", "1")
+    ranks = tmp_path / "ranks-started"
+    command = command.split(" && exec ")[0] + " && exec touch %s" % shlex.quote(str(ranks))
+    for env, started in (({"NOT_READY": "1"}, False), ({}, True)):
+        out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, cwd=str(tmp_path),
+                             env=dict(env, PATH="/usr/bin:/bin"), check=False)
+        assert ranks.exists() is started and out.returncode == (0 if started else 1), out
+        assert ("the run's agent on b is not running (nodes/b.agent.log says why): its ranks are not started"
+                in out.stderr) is not started
 
 
 def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path, monkeypatch):
@@ -240,8 +269,9 @@ def test_pdsh_runs_on_each_node_what_deepspeeds_runner_would_give_pdsh(tmp_path,
         # Before launch.py, the node's shell started the node's agent, watching, in a session of its own.
         host = job["rank_hosts"][rank]
         agent = wait_for_json(run_dir / "nodes" / ("%s.agent.log" % host))
-        assert agent["argv"] == ["-m", "multinode_ds.agent", "--run-dir", str(run_dir), "--host", host,
-                                 "--max-time", str(job["timeout"])]
+        assert agent["argv"] == ["-m", "multinode_ds.agent", "--run-dir", str(run_dir), "--run-id", "r", "--host",
+                                 host, "--max-time", str(job["timeout"]), "--lease-timeout", "%g" % lease_timeout(),
+                                 "--leftover-grace", "5", "--ready-fd", "3"]
         assert agent["cwd"] == str(run_dir) and agent["session_leader"] and agent["stdin"] == os.devnull
         assert agent["env"]["NCCL_SOCKET_IFNAME"] == "eth0,eth1" and "MY_NOTE" not in agent["env"]
     assert not (tmp_path / "pwned").exists() and not (run_dir / "pwned").exists()

@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
 VENV = "/opt/multinode-deepspeed/venv"
@@ -81,7 +82,10 @@ def test_dry_run_of_the_bundled_trainer():
     # The user's config (read on the controller) is written into the run directory; the trainer merges it.
     assert value_of(argv, "--ds-config") == job["run_dir"] + "/ds_config.user.json" and argv[-2:] == ["--print-every", "2"]
     assert json.loads(job["ds_config"]["text"]) == {"zero_optimization": {"stage": 1}}
-    assert job["ds_config"]["source"] == "/ctl/ds.json" and job["ds_check"] is None
+    assert job["ds_config"]["source"] == "/ctl/ds.json"
+    # Issue 44, point 9: DeepSpeed's own checks run before launch for the bundled trainer too, on the config it
+    # merges (the user's, in the run directory).
+    assert job["ds_check"][:3] == [PY, "-m", "multinode_ds.ds_check"]
 
 
 def test_dry_run_memory_is_the_smallest_node_over_the_most_slots():
@@ -117,7 +121,8 @@ def test_pdsh_agent_argv_for_the_launcher_and_the_watchers():
     for host in ("worker1", "worker2"):
         argv = launch["agent_argv"][host]
         assert "--" not in argv
-        assert argv == head + ["--host", host, "--max-time", "900"]
+        assert argv == head + ["--run-id", job["run_id"], "--host", host, "--max-time", "900", "--lease-timeout",
+                               "%g" % lease_timeout(), "--leftover-grace", "5"]
 
 
 def test_ssh_free_agent_argv_all_launch():

@@ -18,7 +18,18 @@ def test_pods_get_no_service_account_token_and_no_privilege():
     ctx = spec["containers"][0]["securityContext"]
     assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
     # An image whose user is root and no option: the user is the image's, nothing forces non-root.
-    assert "runAsNonRoot" not in ctx and spec["securityContext"] == {}
+    assert "runAsNonRoot" not in ctx and spec["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def test_pods_run_under_the_runtimes_seccomp_filter_and_end_after_the_runs_timeout():
+    """Issue 44, point 14: seccompProfile RuntimeDefault (Kubernetes' default is Unconfined), and a pod whose
+    controller and agent are gone ends by the kubelet's deadline: the run's timeout and a minute."""
+    spec = template(OPTS)
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "activeDeadlineSeconds" not in spec
+    timed = k8s.objects(dict(JOB, timeout=600), OPTS)[1]["spec"]
+    assert timed["activeDeadlineSeconds"] == 600 + k8s.DEADLINE_MARGIN
+    assert all(p["spec"]["activeDeadlineSeconds"] == 660 for p in k8s.objects(dict(JOB, timeout=600), OPTS)[1:])
 
 
 def test_rdma_mode_keeps_only_ipc_lock():
@@ -32,13 +43,15 @@ def test_a_non_root_user_runs_as_non_root_and_reads_the_secret():
     ctx = spec["containers"][0]["securityContext"]
     assert ctx["runAsUser"] == 1000 and ctx["runAsNonRoot"] is True
     # The Secret's files belong to the fsGroup (the user's id unless k8s_fs_group says), group-readable only.
-    assert spec["securityContext"] == {"fsGroup": 1000, "runAsNonRoot": True}
+    assert spec["securityContext"] == {"fsGroup": 1000, "runAsNonRoot": True,
+                                       "seccompProfile": {"type": "RuntimeDefault"}}
     secret = [v for v in spec["volumes"] if v["name"] == "secrets"][0]["secret"]
     assert secret["defaultMode"] == 0o440
     assert template(dict(OPTS, run_as_user=1000, fs_group=2000))["securityContext"]["fsGroup"] == 2000
     # Asking for root says so, and is not "non-root".
     root = template(dict(OPTS, run_as_user=0))
-    assert root["containers"][0]["securityContext"]["runAsNonRoot"] is False and root["securityContext"] == {}
+    assert root["containers"][0]["securityContext"]["runAsNonRoot"] is False
+    assert root["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_bad_ids_are_named_with_the_fix():

@@ -86,7 +86,9 @@ def test_pydantic_errors_name_the_field_and_the_value():
     assert key == "zero_optimization.stagee" and "not a key of DeepSpeed's DeepSpeedZeroConfig" in message
     assert "spelling" in fix
     key, message, _fix = translate(CONFIG_ERRORS["pydantic_enum"])
-    assert key == "stage" and message.startswith("ds_config: stage 7: Input should be 0, 1, 2, 3")
+    # The model names the section (a rank's log has no config to look it up in).
+    assert key == "zero_optimization.stage"
+    assert message.startswith("ds_config: zero_optimization.stage 7: Input should be 0, 1, 2, 3")
 
 
 def test_fp16_on_cpu_workers():
@@ -188,3 +190,70 @@ def test_check_result_ok_and_garbage():
     assert got == ["ds_check gave no result: ImportError: no deepspeed"]
     assert check_result("") == ["ds_check gave no result: no output"]
     assert check_result('{"ok": false, "problems": []}') == ["ds_check found the config unusable but named no problem"]
+
+
+# -- issue 44: what DeepSpeedConfig computes with unchecked, sections that are not, ops, nesting -------------------
+
+def test_a_value_of_the_wrong_kind_names_the_key_the_value_and_the_fix():
+    key, message, fix = translate('DeepSpeedConfig reads train_batch_size as a whole number of at least 1, not '
+                                  '"sixteen"')
+    assert key == "train_batch_size"
+    assert message == 'ds_config: train_batch_size is "sixteen"; DeepSpeed reads it as a whole number of at least 1'
+    assert fix.startswith("set train_batch_size to a whole number of at least 1, such as 16 (JSON, without quotes)")
+    key, message, fix = translate('DeepSpeedConfig reads prescale_gradients as true or false, not "false"')
+    assert (key, fix) == ("prescale_gradients", "set prescale_gradients to true or false, such as true (JSON, "
+                                                "without quotes)")
+
+
+def test_a_section_given_as_a_value_is_named():
+    text = "deepspeed.runtime.zero.config.DeepSpeedZeroConfig() argument after ** must be a mapping, not int"
+    key, message, fix = translate(text)
+    assert key == "zero_optimization"
+    assert message == "ds_config: zero_optimization is a number, not a section; DeepSpeed reads it as a JSON object"
+    assert fix.startswith("give zero_optimization an object ({...}) of its keys, or remove it")
+    assert translate("DeepSpeedConfig reads activation_checkpointing as a section, not 3")[0] == (
+        "activation_checkpointing")
+
+
+def test_pydantic_in_a_rank_log_finds_its_section_from_the_model_and_the_choices():
+    key, message, fix = translate("1 validation error for DeepSpeedZeroConfig\noffload_optimizer.device\n  Input "
+                                  "should be 'none', 'cpu' or 'nvme' [type=enum, input_value='gpu', input_type=str]")
+    assert key == "zero_optimization.offload_optimizer.device" and "'gpu'" in message
+    assert fix == "set zero_optimization.offload_optimizer.device to one of 'none', 'cpu', 'nvme'"
+    key, _message, fix = translate("1 validation error for DeepSpeedMonitorConfig\ntensorboard\n  Input should be a "
+                                   "valid dictionary or instance of TensorBoardConfig [type=model_type, "
+                                   "input_value=2, input_type=int]")
+    assert key == "tensorboard" and fix == "set tensorboard to a valid dictionary or instance of TensorBoardConfig"
+
+
+def test_an_op_the_workers_lack_names_it_and_what_they_have():
+    key, message, fix = translate("DeepSpeed's fused_lamb (FusedLambBuilder) does not exist for the cpu accelerator")
+    assert key == "optimizer.type"
+    assert message == ("ds_config: needs DeepSpeed's fused_lamb op (FusedLambBuilder), which the cpu accelerator "
+                       "does not have (the engine would fail at its start)")
+    assert "Lamb and Lion without offload need GPU workers" in fix
+    key, message, fix = translate("DeepSpeed's async_io (AsyncIOBuilder) cannot be built on this node for the cpu "
+                                  "accelerator: libaio is missing")
+    assert key == "zero_optimization" and message.endswith("cannot be built on the cpu workers: libaio is missing")
+
+
+def test_a_batch_size_given_as_text_in_a_rank_log():
+    lines = (FIXTURES / "rank0_batch_text.log").read_text().splitlines()
+    key, message, fix = translate(lines[-1])
+    assert key == "train_batch_size" and "a batch size is not a number" in message and "sixteen" in fix
+    assert re.search(LOG_PATTERN, lines[-1])
+
+
+def test_nesting_is_found_without_recursion():
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.dsconfig import (  # noqa: E501 pylint: disable=import-outside-toplevel
+        MAX_DEPTH, depth_problem, too_deep)
+    deep = []
+    for _level in range(100000):  # far past Python's recursion limit
+        deep = [deep]
+    assert too_deep({"a": deep}).startswith("a[0][0]")
+    assert too_deep({"zero_optimization": {"offload_param": {"device": "cpu"}}}) is None
+    assert too_deep({"a": [{"b": 1}]}, limit=2) == "a[0]"
+    assert MAX_DEPTH == 32
+    assert depth_problem("ds.json", "a" + "[0]" * 40) == (
+        "ds_config=ds.json nests deeper than 32 levels (at a" + "[0]" * 18 + "[0..."
+        "): not a DeepSpeed config. Fix: give your DeepSpeed JSON config (its sections nest a few levels)")

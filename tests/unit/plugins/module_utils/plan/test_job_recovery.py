@@ -23,6 +23,14 @@ def test_a_run_without_restarts_keeps_one_directory():
     assert job["env"]["MULTINODE_DS_ATTEMPT"] == "1"
 
 
+def test_min_nodes_up_to_the_rank_nodes_and_a_later_attempt_on_fewer():
+    assert plan({"run_id": "r1", "restarts": "1", "min_nodes": "2"}, WORKERS, ["coord"], NOW)["min_nodes"] == 2
+    # A later attempt runs where the recovery placed it (run_recovery judges min_nodes there), unchecked here.
+    later = plan({"run_id": "r1", "restarts": "1", "attempt": "2", "min_nodes": "2", "hosts": "worker1"}, WORKERS,
+                 ["coord"], NOW)
+    assert later["rank_hosts"] == ["worker1"]
+
+
 def test_each_attempt_has_its_directory_and_a_later_one_resumes_if_it_can():
     first = plan({"run_id": "r1", "restarts": "2"}, WORKERS, ["coord"], NOW)
     assert first["run_dir"] == "/srv/multinode-deepspeed/runs/r1/attempts/1" and first["attempt_path"] == "attempts/1"
@@ -42,6 +50,9 @@ def test_each_attempt_has_its_directory_and_a_later_one_resumes_if_it_can():
     ({"recover_wait": "forever"}, "recover_wait=forever must be a whole number in 0-3600. Fix: -e recover_wait=<seconds>"),
     ({"min_nodes": "0"}, "min_nodes=0 must be a whole number in 1-10000. Fix: -e min_nodes=<nodes>"),
     ({"restarts": "1", "attempt": "3"}, "attempt=3 is past restarts=1"),
+    ({"restarts": "1", "min_nodes": "3"}, "min_nodes=3 is more than the job's 2 rank node(s) (worker1, worker2)"),
+    ({"min_nodes": "2", "hosts": "worker2"}, "min_nodes=2 is more than the job's 1 rank node(s) (worker2), so no "
+                                             "attempt could ever have as many. Fix: -e min_nodes=<1 or fewer>"),
 ])
 def test_bad_recovery_settings_are_named_with_their_fix(settings, text):
     with pytest.raises(JobError, match=None) as err:

@@ -126,6 +126,11 @@ def test_bad_secret_env(secrets, needle):
     ({"args": "--steps 5"}, "args sets --steps, which the plan sets itself. Fix: -e steps=<value> instead"),
     ({"args": "--checkpoint-dir=/tmp/x"}, "args sets --checkpoint-dir"),
     ({"args": "--local_rank 3"}, "Fix: leave --local_rank out of args"),
+    # Issue 44, point 4: an abbreviation is what argparse read as the planned option (the trainer now refuses it too).
+    ({"args": "--checkpoint-d=/tmp/x"}, "args sets --checkpoint-d (an abbreviation of --checkpoint-dir), which the "
+                                        "plan sets itself. Fix: -e model=<value> instead"),
+    ({"args": "--run-d /tmp/x"}, "args sets --run-d (an abbreviation of --run-dir)"),
+    ({"args": "--step 5"}, "args sets --step (an abbreviation of --steps)"),
     ({"run_id": "my run"}, "run_id='my run': letters, digits"),
     ({"run_id": "r\u00fcn"}, "run_id='r\u00fcn': letters, digits"),
     ({"model": "llama tiny"}, "model='llama tiny' is not a model name"),

@@ -223,7 +223,7 @@ def test_plan_is_everything_the_copy_needs(repo, tmp_path):
     assert out["bytes"] == sum(os.lstat(repo / f).st_size for f in files)
     assert out["hash"] == digest(str(repo), files) and out["id"] == out["hash"][:16]
     assert out["entrypoint"] == "train.py" and out["git"]["branch"] == "main" and out["git"]["dirty"] is True
-    assert out["files_from"] == ".gitignore\ndata/shard0.txt\nlink.py\ntrain.py\n"
+    assert out["files_from"] == "./.gitignore\n./data/shard0.txt\n./link.py\n./train.py\n"
     biggest = r"is 50 B, over workdir_max_mb=0: the biggest entries are \.gitignore \(14 B\), train.py \(12 B\), data/ "
     with pytest.raises(WorkdirError, match=biggest):
         plan("proj", "train.py", [], 0, str(tmp_path))

@@ -141,6 +141,12 @@ def test_the_containerfile_installs_from_bind_mounted_wheels_prebuilds_the_ops_a
     assert "-m multinode_ds.build_ops ShareMemCommBuilder" in text
     assert 'LABEL %s="d312f27811669737"' % registry.FINGERPRINT_LABEL in text
     assert "COPY wheels" not in text and "ADD wheels" not in text
+    # Issue 44, point 14: a non-root USER of its own, numeric (a kubelet's runAsNonRoot can only check a number),
+    # after every step that needs root.
+    lines = text.splitlines()
+    assert "USER 65532:65532" in lines
+    assert lines.index("USER 65532:65532") > max(i for i, line in enumerate(lines) if line.startswith("RUN"))
+    assert "mnds:x:65532:65532::/home/mnds:/usr/sbin/nologin" in text
     no_ops = build.containerfile(decide(build_ops=False), "x", "0.1.0")
     assert "build_ops" not in no_ops and "chmod 1777 /opt/multinode-deepspeed/torch_extensions" in no_ops
 

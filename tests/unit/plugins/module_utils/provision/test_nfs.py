@@ -45,10 +45,17 @@ def test_a_client_that_would_smuggle_options_or_hosts_is_refused(client):
 @pytest.mark.parametrize("option, word", [("no_root_squash", "root on every client"), (" NO_ROOT_SQUASH", "root"),
                                           ("insecure", "unprivileged port"), ("async", "on disk"),
                                           ("anonuid=0", "root's id"), ("anongid=00", "root's id"),
+                                          ("anonuid=-0", "root's id"), ("anongid=-0", "root's id"),
+                                          ("anonuid=4294967296", "root's id"), ("anongid=4294967295", "root's id"),
+                                          ("anonuid=-1", "root's id"), ("anonuid=0x10", "not a plain id"),
                                           ("no_auth_nlm", "locks"), ("insecure_locks", "locks")])
 def test_options_that_undo_the_protection_are_refused_however_spelled(option, word):
     found = problems(options=SAFE["options"] + [option])
     assert len(found) == 1 and word in found[0] and "Fix:" in found[0]
+
+
+def test_anon_ids_kept_are_the_plain_non_root_ones():
+    assert problems(options=SAFE["options"] + ["anonuid=1", "anongid=65534", "anonuid=4294967294"]) == []
 
 
 def test_missing_sync_or_squash_and_odd_options():

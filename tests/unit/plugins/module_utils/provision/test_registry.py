@@ -245,3 +245,58 @@ def test_docker_hub_is_read_at_its_api_host(tmp_path):
     out = registry.inspect("library/busybox:1", opener=opener, env={}, home=str(tmp_path))
     assert out["reachable"] and not out["exists"], out
     assert opener.seen[0][1] == "https://registry-1.docker.io/v2/"
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://127.0.0.1/x", "data:text/plain,secret",
+                                 "http://127.0.0.1:9/v2/"])
+def test_the_registry_opener_speaks_https_only(url):
+    """Issue 44, point 11: urllib's default opener also follows file:, ftp: and data: addresses (a 401's realm could
+    name one); the registry's opener has no handler for them, nor for plain HTTP unless insecure."""
+    with pytest.raises(URLError, match="unknown url type"):
+        registry.make_opener().open(url, timeout=1)
+
+    def schemes(opener):
+        return set(s for s in ("file", "ftp", "data", "http", "https")
+                   if any(hasattr(h, s + "_open") for h in opener.handlers))
+    assert schemes(registry.make_opener()) == {"https"}
+    assert schemes(registry.make_opener(insecure=True)) == {"https", "http"}
+
+
+def test_a_redirect_to_another_scheme_is_refused():
+    handler = [h for h in registry.make_opener().handlers if isinstance(h, registry._Redirects)][0]  # pylint: disable=protected-access
+    req = registry.Request("https://127.0.0.1:5000/v2/x/blobs/sha256:1")
+    with pytest.raises(HTTPError, match="refusing a redirect to http"):
+        handler.redirect_request(req, None, 307, "moved", {}, "http://127.0.0.1:5000/blob")
+    assert handler.redirect_request(req, None, 307, "moved", {}, "https://blobs.example.org/b").full_url \
+        == "https://blobs.example.org/b"
+
+
+@pytest.mark.parametrize("realm, host, token_hosts, problem", [
+    ("https://127.0.0.1:5001/token", "127.0.0.1:5001", (), None),
+    ("https://auth.docker.io/token", "docker.io", (), None),
+    ("https://ghcr.io/token", "ghcr.io", (), None),
+    ("https://evil.example.org/token", "127.0.0.1:5001", (), "on another host (evil.example.org)"),
+    ("https://auth.example.org/token", "registry.example.org", ("auth.example.org",), None),
+    ("file:///etc/passwd", "127.0.0.1:5001", (), "is not an https:// address"),
+    ("ftp://127.0.0.1:5001/token", "127.0.0.1:5001", (), "is not an https:// address"),
+])
+def test_a_token_service_is_asked_only_on_the_registrys_host_unless_named(realm, host, token_hosts, problem):
+    found = registry.realm_problem(realm, host, token_hosts=token_hosts)
+    assert (found is None) if problem is None else (problem in found), found
+
+
+def test_credentials_never_go_to_a_token_service_on_another_host(tmp_path):
+    path = auth_file(tmp_path, "127.0.0.1:5001")
+    challenge = 'Bearer realm="https://evil.example.org/token",service="x"'
+
+    class Challenging(Opener):
+        def open(self, req, timeout=None):
+            self.seen.append((req.get_method(), req.full_url, dict(req.header_items())))
+            raise HTTPError(req.full_url, 401, "Unauthorized", {"WWW-Authenticate": challenge}, io.BytesIO())
+    opener = Challenging({})
+    out = registry.inspect("127.0.0.1:5001/multinode-deepspeed", auth_file=path, opener=opener)
+    assert out["error"] == "error" and "image_registry_token_hosts" in out["message"], out
+    assert not [u for _m, u, _h in opener.seen if "evil" in u]
+    ok = registry.inspect("127.0.0.1:5001/multinode-deepspeed", auth_file=path, opener=Challenging({}),
+                          token_hosts=["evil.example.org"])
+    assert "image_registry_token_hosts" not in (ok["message"] or ""), ok

@@ -74,3 +74,24 @@ def test_a_deepspeed_config_assertion_in_a_rank_log_is_worded_with_the_key_and_t
     assert found[0]["key"] == "train_batch_size"
     assert found[0]["cause"].startswith("ds_config: train_batch_size 32 \u2260 micro batch 4 \u00d7 accumulation 2")
     assert "set train_batch_size to" in found[0]["remedy"]
+
+
+def test_deepspeeds_pydantic_refusal_in_a_rank_log_names_the_section_key_and_the_fix():
+    """ZeRO stage 7 in a script's own config: pydantic's three lines in the rank's traceback (a real one)."""
+    text = (FIXTURES.parent / "ds_config" / "rank0_zero_stage.log").read_text()
+    for log in (text, "\n".join("worker1: " + line for line in text.splitlines())):  # a rank's log, pdsh's
+        found = [f for f in diagnose({"logs/rank0.log": log}) if f["id"] == "ds-config"]
+        assert len(found) == 1 and found[0]["key"] == "zero_optimization.stage"
+        assert found[0]["cause"].startswith("ds_config: zero_optimization.stage 7: Input should be 0, 1, 2, 3")
+        assert found[0]["remedy"] == "set zero_optimization.stage to one of 0, 1, 2, 3"
+
+
+def test_a_batch_size_given_as_text_in_a_rank_log_is_the_configs():
+    text = (FIXTURES.parent / "ds_config" / "rank0_batch_text.log").read_text()
+    found = [f for f in diagnose({"logs/rank0.log": text}) if f["id"] == "ds-config"]
+    assert len(found) == 1 and found[0]["key"] == "train_batch_size"
+    assert "sixteen" in found[0]["remedy"]
+    # The same TypeError from the script's own code is not the config's.
+    own = ('  File "/shared/w/train.py", line 9, in main\n    steps = args.steps // 2\n'
+           "TypeError: unsupported operand type(s) for //: 'str' and 'int'\n")
+    assert "ds-config" not in ids(diagnose({"logs/rank0.log": own}))

@@ -39,15 +39,15 @@ def test_taken_whole_and_given_back_only_by_its_run(tmp_path):
     assert lock.release(path, "r1") is True and not os.path.exists(path)
 
 
-def test_an_attempt_of_a_run_with_restarts_gives_it_back_by_its_directory(tmp_path):
-    # The watch knows an attempt's directory (runs/<id>/attempts/<n>), whose name is not the run id: the lock that
-    # attempt took is given back all the same (it lingered until its lease went stale, and the next run of the model
-    # was refused).
+def test_an_attempt_of_a_run_with_restarts_gives_it_back_by_its_directory_as_far_as_that_attempt_goes(tmp_path):
+    # The watch knows an attempt's directory (runs/<id>/attempts/<n>), whose name is not the run id: the run keeps
+    # the lock between its attempts (test_lock_attempts.py), and gives it back whole by its id after the last one.
     path = str(tmp_path / "ckpt.lock")
     attempt = str(tmp_path / "runs" / "r1" / "attempts" / "2")
     assert lock.take(path, "r1", attempt) is None
     assert lock.release(path, "2", str(tmp_path / "runs" / "r0" / "attempts" / "2")) is False
-    assert lock.release(path, "2", attempt + "/") is True and not os.path.exists(path)
+    assert lock.release(path, "2", attempt + "/") is True and json.loads(open(path).read())["between"]
+    assert lock.release(path, "r1", str(tmp_path / "runs" / "r1")) is True and not os.path.exists(path)
 
 
 def test_an_empty_or_damaged_lock_is_held_until_it_is_old(tmp_path):
@@ -57,7 +57,7 @@ def test_an_empty_or_damaged_lock_is_held_until_it_is_old(tmp_path):
         held = lock.holder(str(path), "r2")
         assert held is not None and "unreadable lock" in held["run_id"], text
         assert lock.take(str(path), "r2", "/r2") is not None
-        t = time.time() - 120
+        t = time.time() - lock.LEASE_ALIVE - 5
         os.utime(path, (t, t))
         assert lock.holder(str(path), "r2") is None
     assert lock.take(str(path), "r2", "/r2") is None
@@ -149,3 +149,13 @@ def test_a_claim_is_given_back_only_by_its_play(tmp_path):
     assert lock.unclaim(d, "tokenA") is True and not os.path.exists(os.path.join(d, "control", "claim"))
     assert lock.unclaim(d, "tokenA") is False
     assert lock.claim(d, "tokenB", "r1", "coord") is None
+
+
+def test_a_run_whose_controller_retries_an_unreachable_coordinator_keeps_the_lock(tmp_path):
+    """Issue 44, point 6: the lock counts a run alive as long as its agents do (their lease timeout, which outlasts
+    the watch's retry window), not 60 s: a run in a 90 s outage of its controller is not taken over."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import watch
+    assert lock.LEASE_ALIVE == watch.lease_timeout() > watch.renewal_gap()
+    path = tmp_path / "m.lock"
+    old_lock(path, "live", run_dir(tmp_path, "live", lease_age=90))
+    assert lock.holder(str(path), "new")["run_id"] == "live"

@@ -138,7 +138,9 @@ def test_what_the_summary_keeps_of_the_nodes_and_logs():
         "versions": {"w1": None, "w2": {"torch": "2.1"}},
         "nodes": {"w1": {"role": "launcher", "state": "finished", "exit_code": 0, "reason": "finished",
                          "left_pids": []},
-                  "w2": {"role": "watcher", "state": "aborted", "exit_code": None, "reason": None, "left_pids": [7]}}}
+                  "w2": {"role": "watcher", "state": "aborted", "exit_code": None, "reason": None,
+                         "left_pids": [{"pid": 7, "cmd": None, "stopped": False}]}},
+        "left_pids": {"w2": [{"pid": 7, "cmd": None, "stopped": False}]}}
     logs = {1: "/shared/runs/r1/logs/x_rank1.log", 0: "/shared/runs/r1/logs/x_rank0.log",
             2: "/shared/runs/r1/logs/x_rank2.log"}
     assert rank_log_index(logs, {0: "w1", 1: "w1"}, "/shared/runs/r1") == {
@@ -151,3 +153,23 @@ def test_the_ranks_environment_masks_secrets():
     text = "HF_TOKEN=hf_abc\nNCCL_SOCKET_IFNAME=eth1\nOPTS=a=b\n# comment\nHF_TOKEN_PATH=/opt/hf_token\n"
     assert rank_environment(text) == {"HF_TOKEN": "********", "NCCL_SOCKET_IFNAME": "eth1", "OPTS": "a=b",
                                       "HF_TOKEN_PATH": "/opt/hf_token"}
+
+
+def test_what_a_run_left_running_is_named_by_node_and_never_fails_it():
+    """Issue 44, point 5: the agents' left_pids (stopped after the launcher's exit) in the summary and one line of
+    the report; the run's status is not theirs."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown
+    sleep = {"pid": 41, "cmd": "sleep 300", "stopped": True}
+    nodes = {"w1": {"role": "watcher", "state": "finished", "reason": "finished", "pids": [], "left_pids": [sleep]},
+             "w2": {"role": "watcher", "state": "finished", "reason": "finished", "pids": [52],
+                    "left_pids": [{"pid": 52, "cmd": "python -m `x`", "stopped": True}, "junk"]},
+             "c": {"role": "launcher", "state": "finished", "exit_code": 0, "pids": [], "left_pids": []}}
+    report = node_report(nodes)
+    assert report["left_pids"] == {"w1": [sleep], "w2": [{"pid": 52, "cmd": "python -m `x`", "stopped": False}]}
+    assert report["nodes"]["w1"]["left_pids"] == [sleep] and report["nodes"]["c"]["left_pids"] == []
+    summary = dict(report, run_id="r1", status="success", problems=[])
+    text = markdown(summary, [])
+    assert "**Status: success**" in text
+    assert ("Left running when the run ended, stopped by the node's agent: w1: 41 `sleep 300`; w2: 52 "
+            "`python -m 'x'` (still running).") in text.splitlines()
+    assert "Left running" not in markdown(dict(node_report({"c": nodes["c"]}), run_id="r1", status="success"), [])

@@ -68,3 +68,18 @@ def test_stall_timeout_is_checked(value):
         plan({"stall_timeout": value}, workers, ["coord"], datetime.datetime(2026, 11, 23))
     assert "stall_timeout=%s must be a whole number >= 10" % value in str(err.value)
     assert plan({"stall_timeout": "60"}, workers, ["coord"], datetime.datetime(2026, 11, 23))["stall_timeout"] == 60
+
+
+def test_a_node_compiling_an_op_is_not_stalled_and_the_progress_line_says_so():
+    """Issue 44, point 8: a rank that loads an op nobody built compiles it first, silently, for minutes; its node's
+    agent sees the build (its heartbeat's ``building``), and the watch shows it instead of stopping the run."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import compiling, progress_line
+    quiet = {"ranks": {}, "logs_mtime": 900.0, "nodes": {"worker1": {"state": "running", "time": 1299.0}}}
+    assert stalled(quiet, now=1300.0, started_at=850.0)["reason"].startswith("the run stalled: no rank wrote")
+    building = {"ranks": {}, "logs_mtime": 900.0,
+                "nodes": {"worker1": {"state": "running", "time": 1299.0, "building": [{"op": "cpu_adam", "age": 95}]},
+                          "worker2": {"state": "running", "time": 1299.0, "building": []}}}
+    assert compiling(building) == {"worker1": ["cpu_adam"]}
+    assert stalled(building, now=1300.0, started_at=850.0) is None
+    assert "compiling cpu_adam on worker1" in progress_line(building, 1300.0)
+    assert compiling({"nodes": {"w": {"building": ["odd", {"age": 1}]}}}) == {}
