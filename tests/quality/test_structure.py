@@ -110,3 +110,14 @@ def test_no_backend_name_is_compared_outside_its_file():
             if compare.search(line):
                 found.append("%s:%d: %s" % (path.relative_to(ROOT), number, line.strip()))
     assert not found, "backend names compared outside their own file:\n" + "\n".join(found)
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by their base name (no __init__.py in tests/): two with one name stop the whole
+    session at collection ("import file mismatch") when both are collected, as make test does."""
+    seen = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        if "__pycache__" not in path.parts:
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    twice = dict((name, paths) for name, paths in seen.items() if len(paths) > 1)
+    assert not twice, "test files with the same name (rename one): %s" % twice
