@@ -24,6 +24,11 @@ from .models import REGISTRY, build_model, get_spec
 
 
 def parse_args(argv=None):
+    return parser().parse_args(argv)
+
+
+def parser():
+    """The trainer's options (the plan's PLANNED_OPTIONS and TRAINER_OPTIONS name every one of them)."""
     # No abbreviations: "--checkpoint-d" must not quietly mean --checkpoint-dir (the plan sets it; args must not).
     p = argparse.ArgumentParser(prog="python -m multinode_ds.train", description=__doc__, allow_abbrev=False)
     p.add_argument("--model", default="llama-tiny", choices=sorted(REGISTRY))
@@ -59,7 +64,7 @@ def parse_args(argv=None):
     p.add_argument("--memory-gib", type=float, default=None,
                    help="with --dry-run: memory per rank (device memory on GPUs, host memory on CPU)")
     p.add_argument("--local_rank", type=int, default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    return p
 
 
 class PlanError(ValueError):

@@ -47,6 +47,11 @@ CASES = [
     ("coordinator-is-worker", [], None, ["coord is in both the coordinator and the workers group"]),
     # A path on the controller (the play reads it there and writes it into the run directory).
     ("invalid-ds-json", ["ds_config=BAD_DS_JSON"], None, ["ds_config=", "bad-ds.json is not JSON", "Fix: correct"]),
+    # Issue 44, point 9: what DeepSpeed rejects at engine start, refused before launch (its own checks, on a worker).
+    ("ds-config-batch-as-text", ["ds_config=BAD_DS_JSON"], None,
+     ['ds_config: train_batch_size is "sixteen"', "set train_batch_size to a whole number of at least 1"]),
+    ("ds-config-zero-stage-7", ["ds_config=BAD_DS_JSON"], None,
+     ["ds_config: zero_optimization.stage 7", "set zero_optimization.stage to one of 0, 1, 2, 3"]),
     # Preflight (on by default) finds it first; with -e preflight=false the launch's own port check does.
     ("port-in-use", ["master_port=29611"], None,
      ["master_port on worker1: port 29611 is not free on the master", "-e master_port=<a free port>",
@@ -62,6 +67,11 @@ CASES = [
 ]
 
 
+BAD_DS_JSON = {"invalid-ds-json": '{"zero_optimization": {stage: 3}',
+               "ds-config-batch-as-text": '{"train_batch_size": "sixteen"}',
+               "ds-config-zero-stage-7": '{"zero_optimization": {"stage": 7}}'}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_path, case):
     name, extra, inv_change, expected = case
@@ -74,8 +84,8 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
                                              "    workers:\n      hosts:\n        coord: {}\n")
         inventory = tmp_path / "hosts.yml"
         inventory.write_text(text)
-    if name == "invalid-ds-json":
-        (tmp_path / "bad-ds.json").write_text('{"zero_optimization": {stage: 3}')
+    if "BAD_DS_JSON" in " ".join(extra):
+        (tmp_path / "bad-ds.json").write_text(BAD_DS_JSON[name])
         extra = [e.replace("BAD_DS_JSON", str(tmp_path / "bad-ds.json")) for e in extra]
     if name.startswith("port-in-use"):
         holder = subprocess.Popen(

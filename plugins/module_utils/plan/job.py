@@ -94,6 +94,10 @@ PLANNED_OPTIONS = {"--model": "model", "--run-dir": "run_id", "--steps": "steps"
                    "--save-interval": "save_interval", "--resume": "resume", "--resume-if-any": None, "--ds-config": "ds_config",
                    "--model-path": "model_path", "--dataset": "dataset", "--dry-run": None, "--world-size": None,
                    "--memory-gib": None, "--local_rank": None}
+# The bundled trainer's other options (args may set them): an option that is one of them is no abbreviation of a
+# planned one ("--data" is not "--dataset"). tests/unit/multinode_ds/test_train_plan.py keeps both lists whole.
+TRAINER_OPTIONS = ("--micro-batch", "--grad-accum", "--seq-len", "--lr", "--warmup", "--seed", "--data",
+                   "--device-memory-gib", "--bf16", "--print-every", "--help", "-h")
 LIMITS = {"steps": 10 ** 9, "timeout": 30 * 86400, "save_interval": 10 ** 9}
 
 
@@ -464,7 +468,7 @@ def args_against_plan(resume, entrypoint, args, problems):
     for arg in args:
         option = arg.split("=", 1)[0]
         # An abbreviation ("--checkpoint-d", "--step") is what argparse would have read as the planned option.
-        planned = option if option in PLANNED_OPTIONS else next(
+        planned = option if option in PLANNED_OPTIONS else None if option in TRAINER_OPTIONS else next(
             (o for o in sorted(PLANNED_OPTIONS) if option.startswith("--") and len(option) > 2 and o.startswith(option)),
             None)
         if planned is not None:

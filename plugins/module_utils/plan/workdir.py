@@ -183,9 +183,21 @@ def listing(root, excludes=(), include=()):
     files = [p for p in paths if not secret(p, include)]
     for path in files:
         _check_name(root, path)
-        if os.path.islink(os.path.join(root, path)):
+        mode = os.lstat(os.path.join(root, path)).st_mode
+        if stat.S_ISLNK(mode):
             _check_link(root, path)
+        elif not stat.S_ISREG(mode):
+            _check_kind(root, path, mode)
     return files, secrets
+
+
+def _check_kind(root, path, mode):
+    """A WorkdirError for what is neither a file nor a link (a FIFO would hang the hash, a device or a socket would be
+    read or copied as one)."""
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    raise WorkdirError("workdir %s: %s is %s: only files, directories and symlinks ship. Fix: remove it, or add %s to "
+                       "workdir_exclude" % (root, path, kind, path))
 
 
 def list_files(root, excludes=(), include=()):
@@ -265,7 +277,13 @@ def refuse_broad(path, given):
 
 
 def _feed(sha, full):
-    with open(full, "rb") as handle:
+    """The content of the regular file ``full`` into ``sha``: opened without following a link or waiting on a FIFO
+    (one that took a listed file's place since), refused when it is anything else."""
+    fd = os.open(full, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise WorkdirError("%s is not a regular file any more: the workdir changed while it was read. Fix: run "
+                               "again once it is still" % full)
         for block in iter(lambda: handle.read(CHUNK), b""):
             sha.update(block)
 

@@ -86,3 +86,12 @@ def test_the_trainer_takes_no_abbreviation_of_an_option():
     with _pytest.raises(SystemExit):
         train.parse_args(["--run-dir", "/r", "--checkpoint-d", "/elsewhere"])
     assert train.parse_args(["--run-dir", "/r", "--checkpoint-dir", "/c"]).checkpoint_dir == "/c"
+
+
+def test_the_plan_knows_every_option_of_the_trainer():
+    """The plan refuses in args what it sets itself, and an abbreviation of it, but not another trainer option that
+    happens to begin one ("--data" is not "--dataset"): its two lists name every option of the trainer's parser."""
+    from multinode_ds import train
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import PLANNED_OPTIONS, TRAINER_OPTIONS
+    options = set(o for action in train.parser()._actions for o in action.option_strings)  # pylint: disable=protected-access
+    assert options == set(PLANNED_OPTIONS) | set(TRAINER_OPTIONS)

@@ -163,3 +163,10 @@ def test_more_ranks_than_gpus_on_a_gpu_worker():
 def test_resume_reads_ansible_booleans(word, value):
     job = plan({"resume": word}, WORKERS, ["coord"], NOW)
     assert ("--resume" in job["program"]) is value
+
+
+def test_a_trainer_option_that_begins_a_planned_one_is_no_abbreviation_of_it():
+    """--data is the trainer's own option (a corpus), not --dataset abbreviated: the plan takes it (the e2e
+    bad-input test's missing-data case then names the missing path on the node)."""
+    job = plan({"args": "--data /shared/corpus --seed 7"}, WORKERS, ["coord"], NOW)
+    assert job["program"][-4:] == ["--data", "/shared/corpus", "--seed", "7"]

@@ -251,3 +251,24 @@ def test_a_workdir_with_nothing_to_ship_is_refused(repo, tmp_path):
         plan("proj/build", None, [], None, str(tmp_path))
     with pytest.raises(WorkdirError, match="has no file to ship"):
         plan("proj", None, ["*"], None, str(tmp_path))
+
+
+def test_a_fifo_or_a_socket_in_the_workdir_is_refused_before_it_is_read(tmp_path):
+    """Issue 44, point 7: a FIFO hung the plan's hash (open() waits for a writer); a socket or a device is no file
+    to ship either. Refused at listing time, naming it and the fix."""
+    import socket as _socket
+    wd = workdir
+    (tmp_path / "train.py").write_text("print(1)\n")
+    os.mkfifo(str(tmp_path / "pipe"))
+    with pytest.raises(wd.WorkdirError, match="pipe is a FIFO: only files, directories and symlinks ship. Fix: "
+                                              "remove it, or add pipe to workdir_exclude"):
+        wd.plan(str(tmp_path), "train.py", [], 100, str(tmp_path))
+    assert wd.plan(str(tmp_path), "train.py", ["pipe"], 100, str(tmp_path))["files"] == ["train.py"]
+    os.unlink(str(tmp_path / "pipe"))
+    sock = _socket.socket(_socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "s.sock"))
+        with pytest.raises(wd.WorkdirError, match="s.sock is a socket"):
+            wd.plan(str(tmp_path), "train.py", [], 100, str(tmp_path))
+    finally:
+        sock.close()
