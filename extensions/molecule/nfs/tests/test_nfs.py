@@ -61,7 +61,10 @@ def test_unsafe_settings_are_refused_before_any_change(host):
                          ({"nfs_export_clients": ["10.0.0.0/8"]}, "wider than the cluster"),
                          ({"nfs_export_clients": ["10.0.0.1(rw,no_root_squash)"]}, "is not an address, a network"),
                          ({"nfs_export_options": ["rw", "sync", "no_root_squash"]}, "no_root_squash - root on every"),
-                         ({"nfs_export_options": ["rw", "sync", "root_squash", "anonuid=0"]}, "anonuid=0 maps"),
+                         ({"nfs_export_options": ["rw", "sync", "root_squash", "anonuid=0"]},
+                          "anonuid=0 is not a plain id from 1 to"),
+                         ({"nfs_export_options": ["rw", "sync", "root_squash", "anonuid=-0"]},
+                          "anonuid=-0 is not a plain id from 1 to"),
                          ({"nfs_server_host": "nfs9"}, "nfs_server_host=nfs9 is not in the inventory"),
                          ({"ssh_mesh_user": "root"}, "nfs_export_owner: root")):
         proc = subprocess.run(["ansible-playbook", "-i", INVENTORY, str(playbook), "-e", json.dumps(extra)],
