@@ -82,16 +82,13 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import workdir
 
 
 def write_marker(path, content):
     """The marker, whole or not at all, readable by its owner only."""
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(content, indent=4, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    files.write_bytes(path, (json.dumps(content, indent=4, sort_keys=True) + "\n").encode("utf-8"), mode=0o600)
 
 
 def main():

@@ -63,9 +63,9 @@ def make_dirs(path):
 
 
 @contextlib.contextmanager
-def guarded(path):
-    """An exclusive ``flock`` of ``<path>.guard`` for the block (NFSv4 and local filesystems honour it)."""
-    fd = os.open(path + ".guard", os.O_RDWR | os.O_CREAT, 0o644)
+def guarded(path, suffix=".guard"):
+    """An exclusive ``flock`` of ``<path><suffix>`` for the block (NFSv4 and local filesystems honour it)."""
+    fd = os.open(path + suffix, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -17,6 +17,8 @@ import os
 import re
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.lock import guarded, write_whole
+
 # The controller's file of quarantined nodes unless the inventory sets quarantine_file.
 QUARANTINE_FILE = "~/.cache/multinode-deepspeed/quarantine.json"
 
@@ -251,36 +253,23 @@ def read_record(path, key):
 
 
 def write_record(path, key, entries):
-    """Write the record file whole: a temporary file of this process, flushed to disk, then renamed over it."""
+    """Write the record file whole (``lock.write_whole``: a temporary file flushed to disk, then renamed over it)."""
     directory = os.path.dirname(path)
     if directory:
         # Another play may make it at the same moment.
         os.makedirs(directory, 0o700, exist_ok=True)
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        with open(tmp, "w") as fh:
-            json.dump({key: entries}, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.rename(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_whole(path, json.dumps({key: entries}, indent=2, sort_keys=True) + "\n")
 
 
 def update_record(path, key, change):
     """Read the record file, apply ``change`` (entries -> (new entries, answer)) and write it back, all under an
     exclusive ``flock`` of ``<path>.lock`` (two plays, or two controllers sharing the file, never lose each other's
     changes); returns the answer.  A file that cannot be read is an error (read_record), and is left as it is."""
-    import fcntl
-
     path = os.path.expanduser(path)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, 0o700, exist_ok=True)
-    with open(path + ".lock", "a") as guard:
-        fcntl.flock(guard, fcntl.LOCK_EX)
+    with guarded(path, ".lock"):
         new, answer = change(read_record(path, key))
         write_record(path, key, new)
     return answer
