@@ -16,7 +16,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode, workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import (JobError, host_list, plan,
                                                                                    unquarantine_problems)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {
@@ -83,28 +83,41 @@ def user_inputs(settings, task_vars, templar):
     return inputs, problems
 
 
-def quarantined(task_vars, known):
-    """The controller's quarantined nodes (``quarantine_file``), after ``-e unquarantine=a,b`` let them out (the file
-    is rewritten): ``{node: record}``.  JobError when ``unquarantine`` names a node neither ``known`` (the
-    inventory's workers and spares) nor quarantined, before the file changes."""
-    path = os.path.expanduser(str(task_vars.get("quarantine_file") or recovery.QUARANTINE_FILE))
-    spares = os.path.expanduser(str(task_vars.get("spares_file") or recovery.SPARES_FILE))
-    try:
-        nodes = recovery.load_quarantine(path)
-        names = host_list(task_vars.get("unquarantine"))
-        problems = unquarantine_problems(names, known, nodes)
-        if problems:
-            raise JobError("; ".join(problems))
-        if set(names) & set(nodes):
-            # Under the file's lock: what another run quarantined meanwhile stays.
-            nodes = recovery.update_quarantine(path, lambda now: (
-                recovery.quarantine(now, {}, None, release=names),) * 2)
-        # A spare a run that ended without giving it back still holds is let out too.
-        if set(names) & set(recovery.load_spares(spares)):
-            recovery.update_spares(spares, lambda held: (recovery.release_nodes(held, names), None))
-    except recovery.RecordError as exc:  # names the file and the fix
-        raise JobError(str(exc))
-    return nodes
+def coordinator_records(hostvars, coordinators):
+    """The quarantine and spares records as the coordinator read them (``node_facts`` with ``records``: the files
+    every controller that drives the cluster shares), or None where no coordinator read them."""
+    for name in coordinators:
+        found = ((hostvars.get(name) or {}).get("multinode_node") or {}).get("records")
+        if isinstance(found, dict):
+            return found
+    return None
+
+
+def quarantined(found, unquarantine, known):
+    """The quarantined nodes (``{node: record}``) of the coordinator's records (``found``, coordinator_records), less
+    those ``-e unquarantine=a,b`` lets out (checks.yml writes that on the coordinator, after the plan).  JobError
+    when a record could not be read (named, with its fix), or when ``unquarantine`` names a node neither ``known``
+    (the inventory's workers and spares) nor quarantined."""
+    found = found or {}
+    if found.get("problems"):
+        raise JobError("; ".join(found["problems"]))
+    nodes = dict(found.get("quarantine") or {})
+    names = host_list(unquarantine)
+    problems = unquarantine_problems(names, known, nodes)
+    if problems:
+        raise JobError("; ".join(problems))
+    return dict((n, r) for n, r in nodes.items() if n not in names)
+
+
+def record_paths(settings, task_vars, templar, found):
+    """Where the records are on the coordinator: the paths it read (``found``), else ``quarantine_file`` and
+    ``spares_file`` or their place in the shared directory.  JobError for a path that is not absolute."""
+    given = dict((var, templar.template(task_vars.get(var)) or None) for var in ("quarantine_file", "spares_file"))
+    problems = records.path_problems(**given)
+    if problems:
+        raise JobError("; ".join(problems))
+    paths = records.record_paths(settings.get("shared_dir"), **given)
+    return dict((var, (found or {}).get(var) or path) for var, path in paths.items())
 
 
 class ActionModule(ActionBase):
@@ -138,14 +151,12 @@ class ActionModule(ActionBase):
         # The run account's uid on the coordinator (node_facts' user), for backends that start processes by uid.
         settings.setdefault("run_uid", next(((hostvars[c].get("multinode_node") or {}).get("uid")
                                              for c in coordinators if c in hostvars), None))
+        found = coordinator_records(hostvars, coordinators)
         try:
-            held = quarantined(task_vars, workers + list(groups.get("spares") or []))
+            paths = record_paths(settings, task_vars, self._templar, found)
+            held = quarantined(found, settings.get("unquarantine"), workers + list(groups.get("spares") or []))
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)
-            return result
-        except (OSError, ValueError) as exc:
-            result.update(failed=True, msg="The quarantine file cannot be read: %s. Fix: repair or remove it "
-                                           "(quarantine_file)" % exc)
             return result
         lines = recovery.quarantine_lines(held, workers)
         workers = [w for w in workers if w not in held]
@@ -169,7 +180,7 @@ class ActionModule(ActionBase):
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result
-        result.update(changed=False, job=job, user_inputs=inputs)
+        result.update(changed=False, job=job, user_inputs=inputs, records=paths)
         # The files the workdir's plan left out as secrets, said once per run (a later attempt's plan reads nothing).
         lines += [workdir.secrets_line(inputs.get("workdir"))] if fresh and inputs.get("workdir") else []
         lines = [line for line in lines if line]

@@ -27,9 +27,14 @@ description:
     and C(min_nodes) (C(train_min_nodes); the fewest rank nodes the run may go on with). With C(restarts) above 0 each
     attempt has its own directory, C(runs/<run_id>/attempts/<n>) (C(attempt_path)), and its ranks get
     C(MULTINODE_DS_ATTEMPT); the bundled trainer's later attempts resume from the newest whole checkpoint.
-  - The nodes quarantined on the controller (C(quarantine_file), default
-    C(~/.cache/multinode-deepspeed/quarantine.json); a node that failed twice in one run) take no ranks, and each is
-    named in a warning; C(-e unquarantine=worker2) lets one out again.
+  - The nodes quarantined (a node that failed twice in one run) take no ranks, and each is named in a warning;
+    C(-e unquarantine=worker2) lets one out again. The quarantine and spares records are files on the coordinator,
+    in the shared directory (C(<shared_dir_path>/runs/.records/quarantine.json) and C(spares.json), or the absolute
+    paths there C(quarantine_file) and C(spares_file) name), so every controller that drives the cluster sees the
+    same ones; the plan takes them from the coordinator's M(multinode.deepspeed.node_facts) with C(records) (none
+    where it did not read them), and fails naming a record that cannot be read and the fix. It writes nothing -
+    C(train.yml) lets the nodes of C(-e unquarantine=) out on the coordinator after the plan (its C(checks.yml),
+    M(multinode.deepspeed.run_recovery) C(step=unquarantine)).
   - Reads what the user brings from the controller, where C(ansible-playbook) runs (C(plugins/module_utils/plan/usercode.py))
     - C(workdir) (with C(workdir_exclude) and C(workdir_max_mb); its files as git sees them, hashed, the file list kept
     under C(~/.cache/multinode-deepspeed/workspaces/) for rsync), C(ds_config) or a C(--deepspeed_config) in C(args)
@@ -48,8 +53,9 @@ description:
     neither the group nor others may read on the controller (mode 0600, 0700), unless C(workdir_allow_private=true).
     The workspace on the shared directory is readable by the run''s account only (directories 0700, files 0600 or
     0700).'
-  - C(min_nodes) above the job's rank nodes, and a C(-e unquarantine) name that is no worker or spare of the inventory
-    and not quarantined, are refused (the quarantine file is left as it was).
+  - C(min_nodes) above the job's rank nodes, a C(-e unquarantine) name that is no worker or spare of the inventory
+    and not quarantined, and a C(quarantine_file) or C(spares_file) that is not an absolute path are refused (the
+    records are left as they were).
   - Checks every value and returns the whole job (see RETURN), or fails with one sentence per problem, each with
     its fix, before anything on the nodes changes. The logic is C(plugins/module_utils/plan/job.py) and the launch
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
@@ -100,6 +106,16 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+records:
+  description:
+    - Where the quarantine and spares records are on the coordinator, C(quarantine_file) and C(spares_file) - the
+      paths its M(multinode.deepspeed.node_facts) read, else C(quarantine_file) and C(spares_file), else their
+      place in the shared directory. The recovery's steps on the coordinator
+      (M(multinode.deepspeed.run_recovery)) read and write them there.
+  returned: success
+  type: dict
+  sample: {quarantine_file: /srv/multinode-deepspeed/runs/.records/quarantine.json,
+           spares_file: /srv/multinode-deepspeed/runs/.records/spares.json}
 user_inputs:
   description:
     - What was read on the controller - C(workdir) (the workdir's plan, without its file list), C(ds_config) (the

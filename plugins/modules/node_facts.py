@@ -23,6 +23,10 @@ description:
     the venv's C(*.dist-info) names without importing anything, with a fingerprint that any changed package
     changes (preflight is reused only while every node's fingerprint is the same).
   - With O(port), whether that TCP port is free here (the master port, checked before a launch).
+  - With O(records) (the coordinator), the cluster's quarantine and spares records, which every controller that
+    drives the cluster shares - read without following a link, only as regular files of at most 1 MiB; a missing one
+    is empty, one that cannot be read is a problem naming the file and the fix (M(multinode.deepspeed.job_plan)
+    fails with it).
   - Reads only. Both playbooks run it first, on the coordinator and the workers. It fails only when a job variable
     file exists but cannot be read.
   - Its action plugin runs the read (C(node_read) of the collection's module_utils) in a Python start of its own on
@@ -65,6 +69,24 @@ options:
       - A value that is not a port (1-65535) is not tested - M(multinode.deepspeed.job_plan) reports it with its fix.
     type: str
     default: "29500"
+  records:
+    description:
+      - Read the quarantine and spares records here (the coordinator, where M(multinode.deepspeed.run_recovery)
+        writes them) - returned as C(records).
+    type: bool
+    default: false
+  shared_dir:
+    description: The cluster's shared directory (C(shared_dir_path)); the records are in its C(runs/.records/)
+      unless O(quarantine_file) and O(spares_file) say otherwise.
+    type: path
+    default: /srv/multinode-deepspeed
+  quarantine_file:
+    description: The quarantine record's path here (C(quarantine_file)); unset -
+      C(<shared_dir>/runs/.records/quarantine.json).
+    type: path
+  spares_file:
+    description: The spares record's path here (C(spares_file)); unset - C(<shared_dir>/runs/.records/spares.json).
+    type: path
 attributes:
   check_mode:
     support: full
@@ -105,8 +127,8 @@ ansible_facts:
     multinode_node:
       description: C(memtotal_mb), C(interface) (of the default route), C(ipv4) and C(ipv6) (addresses),
         C(versions) (python, torch, cuda, nccl, deepspeed, transformers, trainer; or C(error)),
-        C(stack_fingerprint), C(files) (the job variable files read), C(trackers), with O(user) C(uid), and with O(port)
-        C(port), C(port_free), C(port_error).
+        C(stack_fingerprint), C(files) (the job variable files read), C(trackers), with O(user) C(uid), with O(port)
+        C(port), C(port_free), C(port_error), and with O(records) C(records).
       type: dict
       sample:
         memtotal_mb: 24036
@@ -159,6 +181,14 @@ ansible_facts:
         stack_record:
           description: With O(record), that record (a dict), or null when it is missing or not JSON.
           returned: with O(record)
+          type: dict
+        records:
+          description:
+            - With O(records), C(quarantine_file) and C(spares_file) (the paths read), C(quarantine) (node -> since,
+              reason, run_id), C(spares) (node -> run_id, since, until) and C(problems) (a record that is a link,
+              not a regular file, larger than 1 MiB, unreadable or not JSON - named, with the fix; it reads as
+              empty).
+          returned: with O(records)
           type: dict
         files:
           description: The job variable files that were read.

@@ -13,15 +13,20 @@ module: run_recovery
 short_description: Decide whether a failed attempt of a run is retried, where the next one runs, and sum up them all
 version_added: "0.6.0"
 description:
-  - Runs on the controller (C(delegate_to) C(localhost)) over a run collected there with C(restarts) above 0, whose
-    attempts each have their own directory C(attempts/<n>/) with the summary M(multinode.deepspeed.run_summary)
-    wrote.
+  - O(step=judge), O(step=verify) and O(step=finish) run on the controller (C(delegate_to) C(localhost)) over a run
+    collected there with C(restarts) above 0, whose attempts each have their own directory C(attempts/<n>/) with the
+    summary M(multinode.deepspeed.run_summary) wrote. O(step=quarantine), O(step=place), O(step=release) and
+    O(step=unquarantine) run on the coordinator, as the run's account, where the quarantine and spares records are
+    (O(quarantine_file), O(spares_file)) - every controller that drives the cluster sees the same ones.
   - O(step=judge) reads why the last attempt ended (a node lost or cut off, a rank killed by a signal or exiting
     with an error, a stall, a launcher that died; or a timeout, Ctrl-C, a full disk, a job that waited in the queue
     too long) and decides whether another attempt starts - not after a failure before the first step of the first
     attempt, not after the same failure (rank, step and last error line) twice in a row, not past O(restarts). A
-    node that failed twice in the run is quarantined in O(quarantine_file). The decision is written to
+    node that failed twice in the run is to be quarantined (C(quarantined)). The decision is written to
     C(attempts/<n>/recovery.json).
+  - O(step=quarantine) writes the judge's O(quarantine) to O(quarantine_file) (a node already there keeps its
+    record) and finds the spares free to the next attempt - neither quarantined, nor ranks of the attempt, nor held
+    by another run in O(spares_file) - and how long the play waits for the failed nodes (O(check_nodes)).
   - O(step=place) chooses the next attempt's nodes - a failed node that came back (O(checks)) keeps its place, else
     the first free spare that passes its check (O(spare_checks)) and no other run holds takes it, held for this run
     in O(spares_file), else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
@@ -37,16 +42,19 @@ description:
     C(plots/timeline.png).
   - O(step=release) gives back the spares the run holds in O(spares_file) (C(train.yml) runs it after the last
     attempt, whatever ended the run).
+  - O(step=unquarantine) lets the nodes of O(nodes) out of O(quarantine_file) and out of any run's hold in
+    O(spares_file) (C(-e unquarantine=), after the plan checked the names).
   - O(quarantine_file) and O(spares_file) are changed only under an exclusive lock of C(<file>.lock), and written
-    whole (a temporary file, flushed, then renamed), so two plays - or two controllers that share the files - never
-    lose each other's changes. A file that cannot be read (empty, not JSON, not the expected object) fails the step,
-    naming the file and the fix; it is never taken as empty.
+    whole (a temporary file, flushed, then renamed), so two plays - or two controllers - never lose each other's
+    changes. They are read without following a link and only when they are regular files of at most 1 MiB. A file
+    that cannot be read (a link, empty, not JSON, not the expected object) fails the step, naming the file and the
+    fix; it is never taken as empty.
   - The decisions are C(plugins/module_utils/run/recovery.py)'s.
 options:
   run_dir:
-    description: The run's directory on the controller (C(runs/<run_id>)), with C(attempts/<n>/summary.json).
+    description: The run's directory on the controller (C(runs/<run_id>)), with C(attempts/<n>/summary.json). Required
+      by O(step=judge), O(step=verify) and O(step=finish).
     type: path
-    required: true
   run_id:
     description: The run's id.
     type: str
@@ -54,23 +62,30 @@ options:
   step:
     description: What to do (see the description).
     type: str
-    choices: [judge, place, verify, finish, release]
+    choices: [finish, judge, place, quarantine, release, unquarantine, verify]
     required: true
   attempt:
-    description: The number of the attempt that just ended (from 1).
+    description: The number of the attempt that just ended (from 1). Required by O(step=judge), O(step=place),
+      O(step=verify) and O(step=finish).
     type: int
-    required: true
   restarts:
     description: The attempts after the first the run may make.
     type: int
     default: 0
   nodes:
-    description: The rank nodes of the attempt that ended, in order (O(step=place)).
+    description: The rank nodes of the attempt that ended, in order (O(step=place), O(step=quarantine)); with
+      O(step=unquarantine), the nodes let out.
     type: list
     elements: str
     default: []
   failed_nodes:
     description: The nodes that failed in it (O(step=place); O(step=judge) returns them).
+    type: list
+    elements: str
+    default: []
+  check_nodes:
+    description: The failed nodes the play waits for (O(step=judge) returns them) - O(step=quarantine) returns how
+      long.
     type: list
     elements: str
     default: []
@@ -83,8 +98,8 @@ options:
     description: The fewest rank nodes the run may go on with; unset - as many as it started with.
     type: int
   recover_wait:
-    description: Seconds a failed node gets to come back when no spare can take its place (O(step=judge) returns
-      the wait).
+    description: Seconds a failed node gets to come back when no spare can take its place (O(step=quarantine)
+      returns the wait).
     type: int
     default: 120
   checks:
@@ -97,16 +112,30 @@ options:
     description: Node -> its stack fingerprint before the failure.
     type: dict
     default: {}
+  quarantine:
+    description: Node -> why, the nodes to quarantine (O(step=quarantine); O(step=judge) returns them as
+      C(quarantined)).
+    type: dict
+    default: {}
+  why:
+    description: Why the attempt ended and why it is retried (O(step=judge)'s C(why)) - said in the line of
+      O(step=place).
+    type: str
+  shared_dir:
+    description: The cluster's shared directory on the coordinator (C(shared_dir_path)); the records are in its
+      C(runs/.records/) unless O(quarantine_file) and O(spares_file) say otherwise.
+    type: path
+    default: /srv/multinode-deepspeed
   quarantine_file:
-    description: The controller's file of quarantined nodes (JSON).
+    description: The file of quarantined nodes on the coordinator (JSON) - a node stays there until
+      C(-e unquarantine=) lets it out (O(step=unquarantine)). Unset - C(<shared_dir>/runs/.records/quarantine.json).
     type: path
-    default: ~/.cache/multinode-deepspeed/quarantine.json
   spares_file:
-    description: The controller's file of the spares that runs hold (JSON, written under an exclusive lock) - a
-      spare one run took is not free to another until that run ends (O(step=release) and O(step=finish) give its
-      spares back) or its O(timeout) passes (a day without one); C(-e unquarantine=<spare>) lets one out.
+    description: The file of the spares that runs hold, on the coordinator (JSON, written under an exclusive lock) -
+      a spare one run took is not free to another until that run ends (O(step=release) gives its spares back) or
+      its O(timeout) passes (a day without one); C(-e unquarantine=<spare>) lets one out. Unset -
+      C(<shared_dir>/runs/.records/spares.json).
     type: path
-    default: ~/.cache/multinode-deepspeed/spares.json
   spare_checks:
     description: The play's reads of the free spares (M(multinode.deepspeed.node_facts) in a loop, as O(checks)) -
       the replacement's preflight; a spare takes a place only when it answered and its stack fingerprint is the
@@ -163,14 +192,14 @@ author:
 attributes:
   check_mode:
     support: full
-    description: Decides; writes neither the decision nor the quarantine file nor the summary.
+    description: Decides; writes neither the decision nor the quarantine or spares file nor the summary.
   diff_mode:
     support: none
     description: Shows no diff.
 """
 
 EXAMPLES = r"""
-- name: Is the failed attempt retried?
+- name: Is the failed attempt retried? (on the controller)
   multinode.deepspeed.run_recovery:
     run_dir: "{{ runs_dir }}/{{ run_id }}"
     run_id: "{{ run_id }}"
@@ -180,18 +209,33 @@ EXAMPLES = r"""
   delegate_to: localhost
   register: recovery
 
-- name: Where does the next attempt run?
+- name: Quarantine the nodes that failed twice, find the free spares (on the coordinator, as the run's account)
   multinode.deepspeed.run_recovery:
-    run_dir: "{{ runs_dir }}/{{ run_id }}"
+    run_id: "{{ run_id }}"
+    step: quarantine
+    quarantine: "{{ recovery.quarantined }}"
+    nodes: [worker1, worker2]
+    check_nodes: "{{ recovery.check_nodes }}"
+    spares: [worker3]
+  register: free
+
+- name: Where does the next attempt run? (on the coordinator)
+  multinode.deepspeed.run_recovery:
     run_id: "{{ run_id }}"
     step: place
     attempt: 1
+    why: "{{ recovery.why }}"
     nodes: [worker1, worker2]
     failed_nodes: [worker2]
     checks: "{{ node_reads.results }}"
     fingerprints: {worker2: 3f2a9c0d1e4b5a67}
     spares: [worker3]
-  delegate_to: localhost
+
+- name: Let worker2 out of quarantine (on the coordinator)
+  multinode.deepspeed.run_recovery:
+    run_id: "{{ run_id }}"
+    step: unquarantine
+    nodes: [worker2]
 """
 
 RETURN = r"""
@@ -227,12 +271,12 @@ scheduler_nodes:
   elements: str
 spares_held:
   description: The spares another run holds now (not free to this one).
-  returned: step is judge
+  returned: step is quarantine
   type: list
   elements: str
 spares_free:
   description: The spares neither quarantined, nor ranks of the attempt, nor held by another run.
-  returned: step is judge
+  returned: step is quarantine
   type: list
   elements: str
 timeout_left:
@@ -242,11 +286,12 @@ timeout_left:
 wait:
   description: Seconds the play waits for the failed nodes to answer - a quick look when free spares can take their
     places, else O(recover_wait).
-  returned: step is judge
+  returned: step is quarantine
   type: int
 quarantined:
-  description: The nodes quarantined by this decision, with why.
-  returned: step is judge
+  description: The nodes that failed twice in the run and that no earlier decision of the run quarantined, with why
+    (O(step=judge)); the nodes O(step=quarantine) was given.
+  returned: step is judge or quarantine
   type: dict
 nodes:
   description: The next attempt's rank nodes (O(step=place)).
@@ -282,8 +327,14 @@ message:
   returned: step is finish
   type: str
 released:
-  description: The spares the run held that O(step=release) gave back.
-  returned: step is release
+  description: The spares the run held that O(step=release) gave back, or the spares O(step=unquarantine) let out
+    of another run's hold.
+  returned: step is release or unquarantine
+  type: list
+  elements: str
+unquarantined:
+  description: The nodes of O(nodes) that O(step=unquarantine) let out of quarantine.
+  returned: step is unquarantine
   type: list
   elements: str
 """
@@ -295,7 +346,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.replacement import (
     bandwidth_check, replacement_verdicts)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import attempts_markdown, plot_timeline
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 
@@ -321,6 +372,14 @@ def _endings(p):
     return out
 
 
+def _quarantined_before(p):
+    """The nodes the earlier decisions of this run quarantined (their ``recovery.json``)."""
+    out = set()
+    for n in range(1, p["attempt"]):
+        out.update((_run_json(p, os.path.join(_attempt_dir(p, n), "recovery.json"), {}) or {}).get("quarantined") or {})
+    return out
+
+
 def judge(module, p):
     endings = _endings(p)
     retry, why = recovery.judge(endings, p["restarts"])
@@ -328,27 +387,43 @@ def judge(module, p):
     left = recovery.timeout_left(p["timeout"], p["started"], time.time()) if p["timeout"] and p["started"] else None
     if retry and p["timeout"] and p["started"] and left is None:
         retry, why = False, "the run's timeout of %ds covers every attempt and is spent; not retried" % p["timeout"]
-    quarantine = recovery.load_quarantine(p["quarantine_file"])
-    add = dict((n, r) for n, r in recovery.to_quarantine(endings).items() if n not in quarantine)
+    before = _quarantined_before(p)
+    add = dict((n, r) for n, r in recovery.to_quarantine(endings).items() if n not in before)
     decision = {"retry": retry, "why": "%s; %s" % (last["why"], why) if last["why"] else why,
                 "kind": last["kind"], "failed_nodes": last["nodes"], "quarantined": add, "timeout_left": left,
                 "check_nodes": recovery.nodes_to_check(last, p["reuse_lost"]),
                 "drain_nodes": recovery.nodes_to_drain(last, p["reuse_lost"]),
                 "scheduler_nodes": last.get("scheduler_nodes") or []}
-    changed = False
     if not module.check_mode:
-        if add:
-            # Under the file's lock: a node another run quarantined (or let out) meanwhile is kept as it is now.
-            recovery.update_quarantine(p["quarantine_file"], lambda nodes: (recovery.quarantine(nodes, dict(
-                (n, r) for n, r in add.items() if n not in nodes), p["run_id"]), None))
         files.write_json(os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), decision, p["run_dir"])
-        changed = True
-    quarantine.update(add)
+    module.exit_json(changed=not module.check_mode, **decision)
+
+
+def quarantine(module, p):
+    """On the coordinator: the judge's O(quarantine) written to the quarantine file, and the spares free to the next
+    attempt."""
+    add = p["quarantine"] or {}
+
+    def change(nodes):
+        # Under the file's lock: a node another run quarantined (or let out) meanwhile is kept as it is now.
+        new = recovery.quarantine(nodes, dict((n, r) for n, r in add.items() if n not in nodes), p["run_id"])
+        return new, new
+
+    if add and not module.check_mode:
+        held = recovery.update_quarantine(p["quarantine_file"], change)
+    else:
+        held = recovery.load_quarantine(p["quarantine_file"])
+    out = _spares_free(p, set(held) | set(add))
+    module.exit_json(changed=bool(add) and not module.check_mode, quarantined=add, **out)
+
+
+def _spares_free(p, quarantined):
+    """The spares free to this run (neither quarantined, nor its ranks, nor held by another run), those another run
+    holds, and the play's wait for the failed nodes (O(check_nodes))."""
     held = recovery.spares_held(_held_spares(p), p["run_id"], time.time())
-    decision["spares_free"] = [s for s in p["spares"] if s not in quarantine and s not in p["nodes"] and s not in held]
-    decision["spares_held"] = [s for s in p["spares"] if s in held]
-    decision["wait"] = recovery.wait_seconds(decision["check_nodes"], decision["spares_free"], p["recover_wait"])
-    module.exit_json(changed=changed, **decision)
+    free = [s for s in p["spares"] if s not in quarantined and s not in p["nodes"] and s not in held]
+    return {"spares_free": free, "spares_held": [s for s in p["spares"] if s in held],
+            "wait": recovery.wait_seconds(p["check_nodes"], free, p["recover_wait"])}
 
 
 def _held_spares(p):
@@ -381,8 +456,7 @@ def place(module, p):
     out["notes"] = notes
     if "error" in out:
         module.fail_json(msg="The run cannot go on: %s%s." % (out["error"], "".join("; " + n for n in notes)), **out)
-    before = _run_json(p, os.path.join(_attempt_dir(p, p["attempt"]), "recovery.json"), {}) or {"why": "failed"}
-    line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], before)
+    line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], {"why": p["why"] or "failed"})
     module.exit_json(changed=bool(out["replaced"]) and not module.check_mode, line=line, **out)
 
 
@@ -435,7 +509,6 @@ def finish(module, p):
         "attempt %d: %s" % (a["attempt"], a["retry_reason"]) for a in summary["attempts"]))
     summary["message"] = message
     if not module.check_mode:
-        recovery.update_spares(p["spares_file"], lambda held: (recovery.release_spares(held, p["run_id"]), None))
         plot_timeline(records, [r["losses"] for r in records], timeline, p["run_dir"])
         files.write_json(os.path.join(p["run_dir"], "summary.json"), summary, p["run_dir"])
         files.write_text(os.path.join(p["run_dir"], "report.md"), attempts_markdown(summary, "plots/timeline.png"),
@@ -455,33 +528,59 @@ def release(module, p):
     module.exit_json(changed=bool(gone), released=gone)
 
 
+def unquarantine(module, p):
+    """``-e unquarantine=``: O(nodes) let out of the quarantine file and out of any run's spare hold."""
+    names = set(p["nodes"])
+    if module.check_mode:
+        out = {"quarantine": sorted(n for n in recovery.load_quarantine(p["quarantine_file"]) if n in names),
+               "spares": sorted(n for n in _held_spares(p) if n in names)}
+    else:
+        out = recovery.let_out(p["quarantine_file"], p["spares_file"], names)
+    module.exit_json(changed=bool(out["quarantine"] or out["spares"]) and not module.check_mode,
+                     released=out["spares"], unquarantined=out["quarantine"])
+
+
+STEPS = {"judge": judge, "quarantine": quarantine, "place": place, "verify": verify, "finish": finish,
+         "release": release, "unquarantine": unquarantine}
+# The steps that read or write the run's directory on the controller (the others run on the coordinator, where the
+# records are).
+ON_CONTROLLER = ("judge", "verify", "finish")
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            run_dir=dict(type="path", required=True), run_id=dict(type="str", required=True),
-            step=dict(type="str", required=True, choices=["judge", "place", "verify", "finish", "release"]),
-            attempt=dict(type="int", required=True), restarts=dict(type="int", default=0),
+            run_dir=dict(type="path"), run_id=dict(type="str", required=True),
+            step=dict(type="str", required=True, choices=sorted(STEPS)),
+            attempt=dict(type="int"), restarts=dict(type="int", default=0),
             nodes=dict(type="list", elements="str", default=[]),
             failed_nodes=dict(type="list", elements="str", default=[]),
+            check_nodes=dict(type="list", elements="str", default=[]),
             spares=dict(type="list", elements="str", default=[]), min_nodes=dict(type="int"),
             started=dict(type="float"), recover_wait=dict(type="int", default=120), timeout=dict(type="int"),
             checks=dict(type="list", elements="dict", default=[]), fingerprints=dict(type="dict", default={}),
-            quarantine_file=dict(type="path", default="~/.cache/multinode-deepspeed/quarantine.json"),
-            spares_file=dict(type="path", default="~/.cache/multinode-deepspeed/spares.json"),
+            quarantine=dict(type="dict", default={}), why=dict(type="str"),
+            shared_dir=dict(type="path", default=records.SHARED_DIR),
+            quarantine_file=dict(type="path"), spares_file=dict(type="path"),
             spare_checks=dict(type="list", elements="dict"), reuse_lost=dict(type="bool", default=True),
             replaced=dict(type="dict", default={}), job=dict(type="dict", default={}),
             probes=dict(type="list", elements="dict", default=[]), reference=dict(type="dict", default={}),
             settings=dict(type="dict", default={}), bandwidth=dict(type="list", elements="dict"),
         ),
+        required_if=[("step", step, ["run_dir", "attempt"]) for step in ON_CONTROLLER] + [
+            ("step", "place", ["attempt"])],
         supports_check_mode=True,
     )
     p = module.params
+    p.update(records.record_paths(p["shared_dir"], p["quarantine_file"], p["spares_file"]))
     try:
-        {"judge": judge, "place": place, "verify": verify, "finish": finish, "release": release}[p["step"]](module, p)
+        STEPS[p["step"]](module, p)
     except recovery.RecordError as exc:
         module.fail_json(msg="run_recovery (%s): %s" % (p["step"], exc))
     except (OSError, ValueError) as exc:
-        module.fail_json(msg="run_recovery (%s) could not read or write %s: %s" % (p["step"], p["run_dir"], exc))
+        module.fail_json(msg="run_recovery (%s) could not read or write %s: %s" % (
+            p["step"], p["run_dir"] if p["step"] in ON_CONTROLLER else "the records on the coordinator (%s, %s)" % (
+                p["quarantine_file"], p["spares_file"]), exc))
 
 
 if __name__ == "__main__":

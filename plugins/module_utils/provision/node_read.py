@@ -21,6 +21,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.acce
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
     MASTER_PORT, default_interface, meminfo_total_mb, parse_env, port_state, read_versions, tracker_packages)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.records import SHARED_DIR, read_all
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run
 
 # The module's argument spec (the action plugin checks a task's arguments against the same one).
@@ -32,7 +33,12 @@ ARGUMENT_SPEC = dict(
     nvidia_smi=dict(type="str", default="nvidia-smi"),
     user=dict(type="str"),
     record=dict(type="path"),
-    port=dict(type="str", default=str(MASTER_PORT)))
+    port=dict(type="str", default=str(MASTER_PORT)),
+    # The coordinator: the cluster's quarantine and spares records (run/records.py).
+    records=dict(type="bool", default=False),
+    shared_dir=dict(type="path", default=SHARED_DIR),
+    quarantine_file=dict(type="path"),
+    spares_file=dict(type="path"))
 # Where a command is looked up besides PATH, as AnsibleModule.get_bin_path does.
 SBIN = ["/sbin", "/usr/sbin", "/usr/local/sbin"]
 
@@ -113,6 +119,8 @@ def read_node(params, get_bin_path, run_command):
         node["uid"] = user_id(params["user"])
     if params["record"]:
         node["stack_record"] = read_record(params["record"])
+    if params.get("records"):
+        node["records"] = read_all(params["shared_dir"], params["quarantine_file"], params["spares_file"])
     port = (params["port"] or "").strip()
     if port.isdigit() and 0 < int(port) < 65536:
         node["port"] = int(port)

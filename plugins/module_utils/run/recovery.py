@@ -17,10 +17,8 @@ import os
 import re
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.lock import guarded, write_whole
-
-# The controller's file of quarantined nodes unless the inventory sets quarantine_file.
-QUARANTINE_FILE = "~/.cache/multinode-deepspeed/quarantine.json"
 
 # What ended an attempt.  The first five may be retried; the others never are.
 LOST, STALLED, KILLED, ERROR, LAUNCHER = "lost", "stalled", "killed", "error", "launcher"
@@ -218,57 +216,42 @@ def to_quarantine(attempts):
     return out
 
 
-class RecordError(ValueError):
-    """The quarantine or spares file cannot be read as one: the message names the file and the fix."""
-
-
-# Each record file: its key, what its entries are, and what removing it gives up.
-RECORDS = {
-    "nodes": ("quarantine file (quarantine_file)", "every node it quarantined takes ranks again"),
-    "spares": ("spares file (spares_file)", "every spare a run holds is free again; stop the runs that use spares "
-                                            "first"),
-}
+# A record that cannot be read as one (run/records.py): its message names the file and the fix.
+RecordError = records.RecordError
+RECORDS = records.RECORDS
 
 
 def read_record(path, key):
-    """The entries under ``key`` of the record file at ``path`` (``{}`` when there is none).  A file that is empty,
-    not JSON, not a JSON object, or whose ``key`` is not an object is an error naming the file and the fix - never
-    taken as empty (that would let every quarantined node or held spare out)."""
-    path = os.path.expanduser(path) if path else path
-    if not path or not os.path.exists(path):
-        return {}
-    what, lost = RECORDS[key]
-    with open(path) as fh:
-        text = fh.read()
-    try:
-        data = json.loads(text)
-        why = None if isinstance(data, dict) and isinstance(data.get(key, {}), dict) else (
-            "not a JSON object with %s" % key)
-    except ValueError as exc:
-        data, why = None, "empty" if not text.strip() else "not JSON (%s)" % exc
-    if why:
-        raise RecordError("%s is not a %s: it is %s. Fix: repair it (a JSON object {\"%s\": {...}}, as the last run "
-                          "wrote it), or remove it (%s)" % (path, what, why, key, lost))
-    return data.get(key, {})
+    """The entries under ``key`` of the record file at ``path`` (``{}`` when there is none), read without following
+    a link (run/records.py).  A file that is a link, empty, not JSON, not a JSON object, or whose ``key`` is not an
+    object is an error naming the file and the fix - never taken as empty (that would let every quarantined node or
+    held spare out)."""
+    return records.read(os.path.expanduser(path) if path else path, key)
+
+
+def make_records_dir(directory):
+    """The records' directory, made when missing with mode 0755 whatever the umask (``node_facts`` reads the records
+    as the login account); another play may make it at the same moment."""
+    if directory and not os.path.isdir(directory):
+        os.makedirs(directory, 0o755, exist_ok=True)
+        os.chmod(directory, 0o755)
 
 
 def write_record(path, key, entries):
-    """Write the record file whole (``lock.write_whole``: a temporary file flushed to disk, then renamed over it)."""
-    directory = os.path.dirname(path)
-    if directory:
-        # Another play may make it at the same moment.
-        os.makedirs(directory, 0o700, exist_ok=True)
+    """Write the record file whole (``lock.write_whole``: a temporary file flushed to disk, then renamed over it),
+    readable by every account of the coordinator (``node_facts`` reads it as the login account), written by the
+    run's."""
+    make_records_dir(os.path.dirname(path))
     write_whole(path, json.dumps({key: entries}, indent=2, sort_keys=True) + "\n")
 
 
 def update_record(path, key, change):
     """Read the record file, apply ``change`` (entries -> (new entries, answer)) and write it back, all under an
-    exclusive ``flock`` of ``<path>.lock`` (two plays, or two controllers sharing the file, never lose each other's
-    changes); returns the answer.  A file that cannot be read is an error (read_record), and is left as it is."""
+    exclusive ``flock`` of ``<path>.lock`` (two plays, or two controllers driving the cluster, never lose each
+    other's changes: the file is on the coordinator, whose own filesystem holds the lock); returns the answer.  A
+    file that cannot be read is an error (read_record), and is left as it is."""
     path = os.path.expanduser(path)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, 0o700, exist_ok=True)
+    make_records_dir(os.path.dirname(path))
     with guarded(path, ".lock"):
         new, answer = change(read_record(path, key))
         write_record(path, key, new)
@@ -288,6 +271,22 @@ def update_quarantine(path, change):
 def save_quarantine(path, nodes):
     """Write the quarantine file whole, under its lock (a change of what was read: update_quarantine)."""
     update_quarantine(path, lambda _old: (nodes, None))
+
+
+def let_out(quarantine_file, spares_file, names):
+    """``-e unquarantine=``: ``names`` let out of the quarantine file and out of any run's hold in the spares file,
+    each under its lock; ``{"quarantine": [...], "spares": [...]}``, the names each one held.  A file that holds none
+    of them is not written (nor made)."""
+    out = {}
+    for key, path, release in (("quarantine", quarantine_file, lambda held: quarantine(held, {}, None, names)),
+                               ("spares", spares_file, lambda held: release_nodes(held, names))):
+        record = "nodes" if key == "quarantine" else "spares"
+        found = sorted(n for n in read_record(path, record) if n in names)
+        if found:
+            found = update_record(path, record, lambda held, release=release: (
+                release(held), sorted(n for n in held if n in names)))
+        out[key] = found
+    return out
 
 
 def quarantine(nodes, add, run_id, release=(), now=None):
@@ -468,8 +467,6 @@ def run_fingerprint(nodes, failed, fingerprints):
     return None
 
 
-# The controller's record of the spares that runs hold, beside the quarantine file.
-SPARES_FILE = "~/.cache/multinode-deepspeed/spares.json"
 # How long a spare stays held by a run without a timeout (a run that ended without giving it back).
 HOLD_SECONDS = 24 * 3600
 

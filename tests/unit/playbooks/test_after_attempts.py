@@ -1,5 +1,6 @@
 """playbooks/tasks/after_attempts.yml gives the run's checkpoint lock and its spares back after its last attempt,
-and after a failure with no attempt left (issue 44, points 4 and 12): run on localhost with the real modules."""
+and after a failure with no attempt left (issue 44, points 4 and 12): run on localhost (controller and coordinator
+at once) with the real modules."""
 import json
 import os
 import subprocess
@@ -14,12 +15,12 @@ PLAY = """
   gather_facts: false
   vars:
     train_retry: %(retry)s
-    train_started: 1000.0
+    train_started: %(started)s
     train_collect_dir: %(collect)s
-    quarantine_file: %(quarantine)s
-    spares_file: %(spares)s
     train_plan:
       job: {run_id: r1, restarts: 1, shared_dir: %(shared)s, checkpoint_lock: %(lock)s, mlflow: null, timeout: 3600}
+      # Where job_plan says the records are on the coordinator (here: the play's one host).
+      records: {quarantine_file: %(quarantine)s, spares_file: %(spares)s}
     train_job: {run_id: r1, attempt: 1, restarts: 1, recover_wait: 0, timeout: 3600, rank_hosts: [worker1, worker2],
                 launch: {ssh_agents: [], recover: null, reuse_lost: true}}
   tasks:
@@ -48,9 +49,9 @@ def setup(tmp_path, ending):
             "quarantine": tmp_path / "quarantine.json"}
 
 
-def play(tmp_path, paths, retry):
+def play(tmp_path, paths, retry, started=1000.0):
     (tmp_path / "play.yml").write_text(PLAY % dict(
-        retry=str(retry).lower(), tasks=ROOT / "playbooks" / "tasks" / "after_attempts.yml",
+        retry=str(retry).lower(), tasks=ROOT / "playbooks" / "tasks" / "after_attempts.yml", started=started,
         **dict((k, str(v)) for k, v in paths.items())))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     ansible = str(Path(sys.executable).parent / "ansible-playbook")
@@ -76,12 +77,25 @@ def test_after_the_last_attempt_the_lock_and_the_spares_go(tmp_path):
 def test_after_a_failure_with_no_attempt_left_the_lock_and_the_spares_go_too(tmp_path):
     paths = setup(tmp_path, {"status": "failed", "run_id": "r1", "lost": ["worker2"], "last_step": 14,
                              "watch": {"status": "failed", "reason": "node worker2 stopped answering"}})
-    # The next attempt cannot be judged: the quarantine file is damaged (named with its fix, left as it is).
+    # The next attempt cannot be placed: the quarantine file on the coordinator is damaged (named with its fix,
+    # left as it is).
     paths["quarantine"].write_text("{not json")
-    rc, out = play(tmp_path, paths, retry=True)
+    rc, out = play(tmp_path, paths, retry=True, started=time.time())
     assert rc != 0
     flat = " ".join(out.split())
     assert "%s is not a quarantine file (quarantine_file)" % paths["quarantine"] in flat, out
     assert "Fix: repair it" in flat and paths["quarantine"].read_text() == "{not json"
     assert not paths["lock"].exists(), out
     assert held_spares(paths) == ["worker4"]
+
+
+def test_an_attempt_the_judge_does_not_retry_ends_the_run_without_an_error(tmp_path):
+    """The run's timeout is spent: the judge says no, nothing is quarantined, the records on the coordinator are not
+    touched, and no skipped task of the next attempt fails (not even an ignored one: 'item' is undefined)."""
+    paths = setup(tmp_path, {"status": "failed", "run_id": "r1", "lost": ["worker2"], "last_step": 14,
+                             "watch": {"status": "failed", "reason": "node worker2 stopped answering"}})
+    rc, out = play(tmp_path, paths, retry=True, started=1000.0)
+    assert rc == 0, out
+    assert "ERROR" not in out and "is undefined" not in out and "ignored=0" in out, out
+    assert "timeout of 3600s covers every attempt and is spent" in out
+    assert not paths["quarantine"].exists() and held_spares(paths) == ["worker4"]

@@ -2,6 +2,7 @@
 from unittest.mock import MagicMock
 
 from ansible_collections.multinode.deepspeed.plugins.action.job_plan import ActionModule, worker_facts
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
 from tests.unit.plugins.action_task import action_plugin
 
 CPU = {"ansible_host": "10.89.0.11", "deepspeed_slots": 1, "multinode_accelerators": {"count": 0},
@@ -60,38 +61,78 @@ def test_the_run_accounts_uid_on_the_coordinator_reaches_the_kubernetes_pods():
     assert action({}).run(task_vars=tv)["job"]["backend_options"]["run_as_user"] is None
 
 
+def coordinator_read(tv, shared):
+    """The coordinator's node_facts answer with the records of the shared directory ``shared`` (as train.yml reads
+    them)."""
+    tv["hostvars"]["coord"]["multinode_node"] = {"records": records.read_all(str(shared))}
+    return tv
+
+
 def test_quarantined_workers_take_no_ranks_and_are_named_until_let_out(tmp_path):
-    path = tmp_path / "quarantine.json"
-    path.write_text('{"nodes": {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}}}')
-    res = action({}).run(task_vars=task_vars(run_id="r1", quarantine_file=str(path)))
+    shared = tmp_path / "shared"
+    path = shared / "runs" / ".records" / "quarantine.json"
+    recovery.save_quarantine(str(path), {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}})
+    res = action({}).run(task_vars=coordinator_read(task_vars(run_id="r1"), shared))
     assert res["job"]["rank_hosts"] == ["worker1"]
     assert res["warnings"] == ["worker2 is quarantined since 1970-01-01 00:00 UTC (lost twice in run r0); "
                                "-e unquarantine=worker2 to use it again"]
-    res = action({}).run(task_vars=task_vars(run_id="r2", quarantine_file=str(path), unquarantine="worker2"))
+    assert res["records"] == {"quarantine_file": str(path), "spares_file": str(path.parent / "spares.json")}
+    # Let out for this plan; the plan writes nothing (checks.yml lets it out on the coordinator).
+    before = path.read_text()
+    res = action({}).run(task_vars=coordinator_read(task_vars(run_id="r2", unquarantine="worker2"), shared))
     assert res["job"]["rank_hosts"] == ["worker1", "worker2"] and not res.get("warnings")
-    assert '"nodes": {}' in path.read_text()
+    assert res["job"]["unquarantine"] == ["worker2"] and path.read_text() == before
     path.write_text("[]")
-    res = action({}).run(task_vars=task_vars(run_id="r3", quarantine_file=str(path)))
+    res = action({}).run(task_vars=coordinator_read(task_vars(run_id="r3"), shared))
     assert res["failed"] and "%s is not a quarantine file (quarantine_file)" % path in res["msg"]
     assert "Fix: repair it" in res["msg"] and path.read_text() == "[]"
 
 
-def test_an_unquarantine_of_no_known_node_is_refused_before_the_file_changes(tmp_path):
-    path = tmp_path / "quarantine.json"
-    text = '{"nodes": {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}}}'
-    path.write_text(text)
-    res = action({}).run(task_vars=task_vars(run_id="r1", quarantine_file=str(path), unquarantine="worker2,nosuchhost"))
+def test_two_controllers_see_the_quarantine_the_coordinator_read(tmp_path, monkeypatch):
+    """Two controllers (two homes, two working directories) plan on one cluster: both keep the node the coordinator's
+    record quarantines out, whatever either controller holds - the record is the coordinator's, not theirs."""
+    shared = tmp_path / "shared"
+    recovery.save_quarantine(str(shared / "runs" / ".records" / "quarantine.json"),
+                             {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}})
+    for name in ("laptop-a", "laptop-b"):
+        home = tmp_path / name
+        (home / ".cache" / "multinode-deepspeed").mkdir(parents=True)
+        # What a controller kept of its own before the records moved to the coordinator: nothing quarantined.
+        (home / ".cache" / "multinode-deepspeed" / "quarantine.json").write_text('{"nodes": {}}')
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.chdir(home)
+        res = action({}).run(task_vars=coordinator_read(task_vars(run_id="r-" + name), shared))
+        assert not res.get("failed"), res.get("msg")
+        assert res["job"]["rank_hosts"] == ["worker1"], name
+        assert res["warnings"][0].startswith("worker2 is quarantined since"), name
+
+
+def test_a_records_path_that_is_not_absolute_is_refused_naming_the_variable(tmp_path):
+    res = action({}).run(task_vars=task_vars(run_id="r1", quarantine_file="~/q.json"))
+    assert res["failed"] is True
+    assert res["msg"] == ("The job cannot start: quarantine_file=~/q.json is not an absolute path. Fix: the path of "
+                          "the file on the coordinator, from / (or leave quarantine_file out: "
+                          "<shared_dir_path>/runs/.records/quarantine.json).")
+    res = action({}).run(task_vars=task_vars(run_id="r2", shared_dir_path="/shared", spares_file="/x/s.json"))
+    assert res["records"] == {"quarantine_file": "/shared/runs/.records/quarantine.json", "spares_file": "/x/s.json"}
+
+
+def test_an_unquarantine_of_no_known_node_is_refused(tmp_path):
+    shared = tmp_path / "shared"
+    path = shared / "runs" / ".records" / "quarantine.json"
+    recovery.save_quarantine(str(path), {"worker2": {"since": 0, "reason": "lost twice", "run_id": "r0"}})
+    tv = coordinator_read(task_vars(run_id="r1", unquarantine="worker2,nosuchhost"), shared)
+    res = action({}).run(task_vars=tv)
     assert res["failed"] is True
     assert res["msg"] == ("The job cannot start: unquarantine=worker2,nosuchhost names nosuchhost, which is no worker "
                           "or spare of the inventory and not quarantined. Fix: name inventory nodes (the quarantined "
                           "nodes are worker2).")
-    assert path.read_text() == text
     # A spare of the inventory is a node too; with nothing quarantined, the fix says so.
-    path.write_text('{"nodes": {}}')
-    tv = task_vars(run_id="r2", quarantine_file=str(path), unquarantine="spare1")
+    recovery.save_quarantine(str(path), {})
+    tv = coordinator_read(task_vars(run_id="r2", unquarantine="spare1"), shared)
     tv["groups"]["spares"] = ["spare1"]
     assert not action({}).run(task_vars=tv).get("failed")
-    res = action({}).run(task_vars=task_vars(run_id="r3", quarantine_file=str(path), unquarantine="wrker1"))
+    res = action({}).run(task_vars=coordinator_read(task_vars(run_id="r3", unquarantine="wrker1"), shared))
     assert "Fix: name inventory nodes (no node is quarantined: leave unquarantine out)" in res["msg"]
 
 

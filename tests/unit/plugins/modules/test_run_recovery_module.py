@@ -23,13 +23,20 @@ DONE = {"status": "success", "hosts": {"worker1": [0], "worker3": [1]}, "last_st
 def test_judge_place_and_finish_a_run_that_lost_a_node(tmp_path, run_module):
     run, quarantine = tmp_path / "r1", str(tmp_path / "q.json")
     _attempt(run, 1, LOST, range(1, 15), 1001.0)
-    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 2, "quarantine_file": quarantine,
-            "nodes": ["worker1", "worker2"], "spares": ["worker3"]}
-    res = run_module(run_recovery, dict(base, step="judge"))
-    assert res["retry"] is True and res["failed_nodes"] == ["worker2"] and res["spares_free"] == ["worker3"]
-    assert res["wait"] == 5 and res["why"].startswith("worker2 lost at step 14 (node worker2 stopped answering")
+    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 2}
+    judged = run_module(run_recovery, dict(base, step="judge"))
+    assert judged["retry"] is True and judged["failed_nodes"] == ["worker2"] and judged["quarantined"] == {}
+    assert judged["why"].startswith("worker2 lost at step 14 (node worker2 stopped answering")
     assert json.loads((run / "attempts" / "1" / "recovery.json").read_text())["retry"] is True
-    res = run_module(run_recovery, dict(base, step="place", failed_nodes=["worker2"], checks=[]))
+    # On the coordinator: the records (nothing to quarantine yet), the free spares and the wait.
+    res = run_module(run_recovery, {"run_id": "r1", "step": "quarantine", "quarantine": {},
+                                    "quarantine_file": quarantine, "nodes": ["worker1", "worker2"],
+                                    "spares": ["worker3"], "check_nodes": judged["check_nodes"]})
+    assert res["spares_free"] == ["worker3"] and res["wait"] == 5 and res["changed"] is False
+    res = run_module(run_recovery, {"run_id": "r1", "step": "place", "attempt": 1, "restarts": 2, "why": judged["why"],
+                                    "quarantine_file": quarantine, "nodes": ["worker1", "worker2"],
+                                    "spares": ["worker3"], "failed_nodes": ["worker2"], "checks": [],
+                                    "spares_file": str(tmp_path / "s.json")})
     assert res["nodes"] == ["worker1", "worker3"] and res["replaced"] == {"worker2": "worker3"}
     assert res["line"].startswith("attempt 2/3 on worker1, worker3 (worker2 lost")
     _attempt(run, 2, DONE, range(11, 31), 1025.0)
@@ -48,7 +55,7 @@ def test_place_fails_naming_the_fix_when_no_node_is_left(tmp_path, run_module):
     _attempt(run, 1, LOST, range(1, 15), 1001.0)
     res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1,
                                     "step": "place", "nodes": ["worker1", "worker2"], "failed_nodes": ["worker2"],
-                                    "quarantine_file": str(tmp_path / "q.json"),
+                                    "quarantine_file": str(tmp_path / "q.json"), "spares_file": str(tmp_path / "s.json"),
                                     "checks": [{"item": "worker2", "failed": True, "msg": "timed out"}]})
     assert res["failed"] is True
     assert "The run cannot go on: worker2 did not come back and no spare is free" in res["msg"]
@@ -56,7 +63,8 @@ def test_place_fails_naming_the_fix_when_no_node_is_left(tmp_path, run_module):
     # A node that came back with another stack is not used again.
     res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1,
                                     "step": "place", "nodes": ["worker1", "worker2"], "failed_nodes": ["worker2"],
-                                    "quarantine_file": str(tmp_path / "q.json"), "min_nodes": 1,
+                                    "quarantine_file": str(tmp_path / "q.json"), "spares_file": str(tmp_path / "s.json"),
+                                    "min_nodes": 1,
                                     "fingerprints": {"worker2": "aaa"},
                                     "checks": [{"item": "worker2", "ansible_facts": {
                                         "multinode_node": {"stack_fingerprint": "bbb"}}}]})
@@ -79,15 +87,18 @@ SLURM_DOWN = dict(LOST, lost=[], watch={"status": "failed", "reason": "node work
 def test_a_scheduler_that_drains_a_lost_node_gets_it_to_drain_not_to_wait_for(tmp_path, run_module):
     run = tmp_path / "r1"
     _attempt(run, 1, SLURM_DOWN, range(1, 15), 1001.0)
-    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1, "nodes": ["worker1", "worker2"],
-            "quarantine_file": str(tmp_path / "q.json"), "spares_file": str(tmp_path / "s.json")}
+    base = {"run_dir": str(run), "run_id": "r1", "attempt": 1, "restarts": 1}
     res = run_module(run_recovery, dict(base, step="judge", reuse_lost=False))
     assert res["retry"] is True and res["check_nodes"] == [] and res["drain_nodes"] == ["worker2"]
     res = run_module(run_recovery, dict(base, step="judge"))
-    assert res["check_nodes"] == ["worker2"] and res["drain_nodes"] == [] and res["wait"] == 120
+    assert res["check_nodes"] == ["worker2"] and res["drain_nodes"] == []
+    res = run_module(run_recovery, {"run_id": "r1", "step": "quarantine", "nodes": ["worker1", "worker2"],
+                                    "check_nodes": res["check_nodes"], "quarantine_file": str(tmp_path / "q.json"),
+                                    "spares_file": str(tmp_path / "s.json")})
+    assert res["wait"] == 120 and res["spares_free"] == []
 
 
-def test_a_spare_one_run_holds_is_not_taken_by_another_and_finish_gives_it_back(tmp_path, run_module):
+def test_a_spare_one_run_holds_is_not_taken_by_another_until_it_gives_it_back(tmp_path, run_module):
     spares_file = str(tmp_path / "s.json")
     runs = {}
     for run_id in ("ra", "rb"):
@@ -99,15 +110,15 @@ def test_a_spare_one_run_holds_is_not_taken_by_another_and_finish_gives_it_back(
              "spare_checks": [{"item": "worker3", "ansible_facts": {"multinode_node": {"stack_fingerprint": "aaa"}}}]}
     res = run_module(run_recovery, dict(place, run_dir=str(runs["ra"]), run_id="ra"))
     assert res["replaced"] == {"worker2": "worker3"} and res["changed"] is True
-    judge = run_module(run_recovery, {"run_dir": str(runs["rb"]), "run_id": "rb", "attempt": 1, "restarts": 1,
-                                      "step": "judge", "nodes": ["worker1", "worker2"], "spares": ["worker3"],
-                                      "quarantine_file": str(tmp_path / "q.json"), "spares_file": spares_file})
-    assert judge["spares_free"] == [] and judge["spares_held"] == ["worker3"] and judge["wait"] == 120
+    free = run_module(run_recovery, {"run_id": "rb", "step": "quarantine", "nodes": ["worker1", "worker2"],
+                                     "spares": ["worker3"], "check_nodes": ["worker2"],
+                                     "quarantine_file": str(tmp_path / "q.json"), "spares_file": spares_file})
+    assert free["spares_free"] == [] and free["spares_held"] == ["worker3"] and free["wait"] == 120
     res = run_module(run_recovery, dict(place, run_dir=str(runs["rb"]), run_id="rb"))
     assert res["failed"] is True and "spare worker3 is held by another run" in res["msg"]
-    _attempt(runs["ra"], 2, DONE, range(11, 31), 1025.0)
-    run_module(run_recovery, {"run_dir": str(runs["ra"]), "run_id": "ra", "attempt": 2, "restarts": 1,
-                              "step": "finish", "started": 1000.0, "spares_file": spares_file})
+    # Run ra ends: after_attempts.yml gives its spares back on the coordinator.
+    gone = run_module(run_recovery, {"run_id": "ra", "step": "release", "spares_file": spares_file})
+    assert gone["released"] == ["worker3"] and gone["changed"] is True
     res = run_module(run_recovery, dict(place, run_dir=str(runs["rb"]), run_id="rb"))
     assert res["replaced"] == {"worker2": "worker3"}
     # A spare whose stack is not the run's is not used: the replacement's preflight.
@@ -123,7 +134,7 @@ def test_the_last_attempt_says_the_budget_is_spent(tmp_path, run_module):
     (run / "attempts" / "1" / "recovery.json").write_text(json.dumps({"retry": True, "why": "lost: retried"}))
     _attempt(run, 2, dict(LOST, started=1020.0), range(11, 20), 1025.0)
     res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "attempt": 2, "restarts": 1,
-                                    "step": "finish", "started": 1000.0, "spares_file": str(tmp_path / "s.json")})
+                                    "step": "finish", "started": 1000.0})
     second = res["summary"]["attempts"][1]
     assert second["retried"] is False and second["retry_reason"].startswith("worker2 lost at step 14 (")
     assert second["retry_reason"].endswith("; the restart budget is spent (restarts=1)")

@@ -55,7 +55,8 @@ def test_a_job_variable_file_that_cannot_be_read_is_a_failure_naming_it(tmp_path
 def test_the_sources_are_the_function_module_and_what_it_imports():
     found = node_python.sources(node_read.__name__)
     assert sorted(found) == [UTILS + m for m in ("provision.accelerator", "provision.fabric", "provision.node",
-                                                 "provision.node_read", "run.spawn", "run.tracking")]
+                                                 "provision.node_read", "run.records", "run.spawn",
+                                                 "run.tracking")]
     assert all("from ansible." not in text and "import ansible." not in text for text in found.values())
 
 

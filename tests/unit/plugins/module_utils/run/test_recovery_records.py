@@ -71,3 +71,17 @@ def test_a_spare_hold_ends_with_its_run_or_after_its_time_and_can_be_let_out():
     note = recovery.held_note("w3", held["w3"])
     assert note.startswith("spare w3 is held by another run (run-a, until 1970-01-01 00:11 UTC;")
     assert "-e unquarantine=w3 lets it out" in note
+
+
+def test_a_link_in_place_of_a_record_is_refused_and_what_it_points_at_is_left_alone(tmp_path):
+    """The records are in the shared runs/ on the coordinator, which rank code can write: a change reads the record
+    without following a link, so a link there stops it, naming the file and the fix."""
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"nodes": {"w1": {"since": 0, "reason": "x", "run_id": "r0"}}}')
+    path = tmp_path / "state" / "quarantine.json"
+    path.parent.mkdir()
+    os.symlink(str(target), str(path))
+    with pytest.raises(recovery.RecordError) as err:
+        recovery.update_quarantine(str(path), lambda old: (recovery.quarantine(old, {"w2": "lost twice"}, "r1"), None))
+    assert str(err.value).startswith("%s is not a regular file" % path) and "Fix: remove it" in str(err.value)
+    assert os.path.islink(str(path)) and json.loads(target.read_text())["nodes"].keys() == {"w1"}
