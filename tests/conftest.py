@@ -58,9 +58,9 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(line)
 
 
-# The molecule scenarios run in the background from the end of collection (tests/molecule/scenarios.py): they
-# overlap the unit tests, the quality checks and the local cluster's start; an end-to-end test waits for the node
-# image before its fixtures start the cluster, and for every scenario before its body runs.
+# The molecule scenarios run in the background from the end of collection, at a low CPU weight
+# (tests/molecule/scenarios.py): they overlap every other test; an end-to-end test waits only for the node image
+# before its fixtures start the cluster (the two must not build it at once).
 def _scenarios():
     where = str(ROOT / "tests" / "molecule")
     if where not in sys.path:
@@ -102,9 +102,3 @@ def _start_molecule(session, e2e):
 def pytest_runtest_setup(item):
     if item.get_closest_marker("e2e") is not None and "scenarios" in sys.modules:
         sys.modules["scenarios"].wait_for_image()
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_call(item):
-    if item.get_closest_marker("e2e") is not None and "scenarios" in sys.modules:
-        sys.modules["scenarios"].wait_all()

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import background
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
 BIN = Path(sys.executable).parent
@@ -110,28 +112,9 @@ def timings():
 # ---------------------------------------------------------------- the local Kubernetes build
 
 _k8s = {}
-# A cpu cgroup (v1) whose processes get the CPU only when nothing else wants it: ``nice`` ranks a process only
-# against the processes of its own cgroup, and the containers of the cluster and of the molecule scenarios are
-# cgroups of their own (libpod_parent, weight 1024).
-IDLE_CGROUP = Path("/sys/fs/cgroup/cpu/mnds-idle")
-
-
-def _idle_cgroup():
-    """IDLE_CGROUP, made with the least weight (cpu.shares 2), or None where this machine does not allow it."""
-    try:
-        IDLE_CGROUP.mkdir(exist_ok=True)
-    except OSError:
-        return None
-    return IDLE_CGROUP if _weight(IDLE_CGROUP, 2) else None
-
-
-def _weight(cgroup, shares):
-    """Set ``cgroup``'s cpu.shares; False where it cannot be set."""
-    try:
-        (cgroup / "cpu.shares").write_text(str(shares))
-        return True
-    except OSError:
-        return False
+# The build runs in a cpu cgroup of the least weight (tests/background.py): it gets the CPU only when nothing else
+# wants it.
+IDLE = "mnds-idle"
 
 
 def k8s_build_start():
@@ -148,19 +131,13 @@ def k8s_build_start():
         OUTPUT.mkdir(parents=True, exist_ok=True)
         log = OUTPUT / f"k8s-build-{int(time.time())}.log"
         out = open(log, "w")  # pylint: disable=consider-using-with
-        cgroup = _idle_cgroup()
-
-        def into_cgroup():  # in the child, before the exec: every process of the build starts in it
-            if cgroup is not None:
-                try:
-                    (cgroup / "cgroup.procs").write_text(str(os.getpid()))
-                except OSError:
-                    pass
+        cgroup = background.cgroup(IDLE, 2)
 
         argv = ["nice", "-n", "19", "ionice", "-c", "3", str(ROOT / "scripts" / "k8s-local"), "build"]
         _k8s.update(log=log, out=out, t0=time.time(), cgroup=cgroup,
-                    proc=subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,  # pylint: disable=R1732
-                                          start_new_session=True, preexec_fn=into_cgroup))  # pylint: disable=W1509
+                    proc=subprocess.Popen(  # pylint: disable=R1732,W1509
+                        argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                        preexec_fn=background.joiner(cgroup)))
 
 
 def k8s_build(timeout=3600):
@@ -171,7 +148,7 @@ def k8s_build(timeout=3600):
         return None
     if proc.poll() is None:
         if _k8s["cgroup"] is not None:
-            _weight(_k8s["cgroup"], 1024)
+            background.weight(_k8s["cgroup"], 1024)
         try:
             os.setpriority(os.PRIO_PGRP, proc.pid, 0)  # make, go and the compilers that run now
             subprocess.run(["ionice", "-c", "2", "-n", "4", "-P", str(proc.pid)], check=False,
@@ -181,7 +158,7 @@ def k8s_build(timeout=3600):
     rc = proc.wait(timeout)
     _k8s["out"].close()
     if _k8s["cgroup"] is not None:
-        _weight(_k8s["cgroup"], 2)
+        background.weight(_k8s["cgroup"], 2)
     out = _k8s["log"].read_text()
     return subprocess.CompletedProcess(proc.args, rc, out + "\n(started early, %.0fs before it was needed)\n"
                                        % (time.time() - _k8s["t0"]), "")

@@ -3,7 +3,7 @@ corrected (ZeRO-2, the optimizer offloaded to CPU, Adam: DeepSpeed's CPU Adam, w
 trains on workers that never built that op, the first time, and on a worker where a compile of it was killed; the
 next run builds nothing and the ranks find the op current.
 
-Cost on the local cluster: a killed compile (about 20 s), CPU Adam built on both workers at once before the agents
+Cost on the local cluster: a killed compile (a few seconds: killed once its compiler runs), CPU Adam built on both workers at once before the agents
 start (two to three minutes of this machine's two cores, one compiler per worker), and two short trainings.
 """
 import json
@@ -37,7 +37,9 @@ setsid {VENV}/bin/python -c 'from deepspeed.ops.op_builder import CPUAdamBuilder
     > /tmp/killed-compile.log 2>&1 &
 pid=$!
 for i in $(seq 120); do [ -e {EXT}/cpu_adam/lock ] && break; sleep 0.5; done
-sleep 15
+# Half-way: once a compiler of the build runs (ninja starts one per source file), not after a fixed time.
+for i in $(seq 240); do pgrep -s $pid -f cc1plus >/dev/null && break; sleep 0.25; done
+sleep 1
 kill -9 -$pid
 sleep 1
 ls {EXT}/cpu_adam/

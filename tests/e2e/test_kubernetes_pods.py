@@ -295,22 +295,36 @@ def pods_deleted(node, name, seconds=90):
     container terminated). Kubelet v1.20 can take far longer than a pod's grace period to confirm, or never confirm
     at all (kubernetes/kubernetes#97288, #106711); that part is the kubelet's, not the run's. A pod left that way is
     removed with grace 0, as Kubernetes' pod garbage collector removes ended pods, so that the next test's node is
-    clean. Returns the names that the kubelet had not confirmed."""
+    clean (once every pod is in one of the two states: the confirmation is not waited for). Returns the names
+    that the kubelet had not confirmed."""
     deadline = time.time() + seconds
-    while time.time() < deadline and _run_pods(node, name):
+    # Waits for the pods to leave the API, or for every one left to be deleted and ended (the kubelet's
+    # confirmation, which may never come, is not waited for: the checks below are the same either way).
+    while time.time() < deadline and not all(_deleted_and_ended(pod) for pod in _run_pods(node, name)):
         time.sleep(1)
     left = _run_pods(node, name)
     for pod in left:
         meta, status = pod["metadata"], pod.get("status") or {}
-        states = [c.get("state") or {} for c in status.get("containerStatuses") or []]
+        states = _container_states(pod)
         why = "%s: deletionTimestamp %s, phase %s, containers %s\n%s" % (
             meta["name"], meta.get("deletionTimestamp"), status.get("phase"), states, kubelet_lines(meta["uid"]))
         assert meta.get("deletionTimestamp"), "never deleted: " + why
         assert status.get("phase") in ("Succeeded", "Failed"), "not ended: " + why
         assert states and all("terminated" in state for state in states), "a container still runs: " + why
-        print("the kubelet had not confirmed the deletion in %ds: %s" % (seconds, why))
+        print("the kubelet had not confirmed the deletion yet: %s" % why)
         node["core"].delete_namespaced_pod(meta["name"], "default", grace_period_seconds=0, _preload_content=False)
     return [pod["metadata"]["name"] for pod in left]
+
+
+def _container_states(pod):
+    return [c.get("state") or {} for c in (pod.get("status") or {}).get("containerStatuses") or []]
+
+
+def _deleted_and_ended(pod):
+    """Deleted (deletionTimestamp set), ended (Succeeded or Failed) and no container running."""
+    states = _container_states(pod)
+    return bool(pod["metadata"].get("deletionTimestamp")) and (pod.get("status") or {}).get("phase") in (
+        "Succeeded", "Failed") and bool(states) and all("terminated" in state for state in states)
 
 
 def kubelet_lines(uid, count=20):

@@ -32,11 +32,11 @@ def sacct_state(job_id, seconds=20):
 @pytest.fixture(scope="module")
 def slurm(provisioned, run_playbook):
     """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle.  A node that an
-    earlier test restarted has no init system to start munge and slurmd again: site.yml -e slurm=true does, as
-    it would after a real node's repair."""
+    earlier test restarted has no init system to start munge and slurmd again: the slurm role (site.yml's, alone:
+    files/slurm_again.yml) does, as it would after a real node's repair."""
     out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
     if sorted(out) != ["worker1|idle", "worker2|idle"]:
-        res = run_playbook("site.yml", "-e", "slurm=true", name="site-slurm-again")
+        res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "slurm_again.yml"), name="slurm-again")
         assert res.rc == 0, res.tail()
         out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
     assert sorted(out) == ["worker1|idle", "worker2|idle"], out

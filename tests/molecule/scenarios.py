@@ -1,6 +1,9 @@
-"""The molecule scenarios of a pytest session, run in the background (tests/conftest.py starts them as soon as the
-tests are collected, so they overlap the unit tests, the quality checks and the local cluster's first site.yml;
-the end-to-end tests wait for them before their first test body, so no fault test shares the 2 cores with them).
+"""The molecule scenarios of a pytest session, run in the background from the moment the tests are collected
+(tests/conftest.py), beside everything else: the unit tests, the quality checks, the local cluster's first
+site.yml and the end-to-end tests.  They run at a low CPU weight (tests/background.py: their processes on the
+controller in the cpu cgroup ``mnds-background``, their containers with the same cpu.shares), so they take the
+cycles the tests leave idle and next to nothing from a test that needs both cores: a fault test's timing is its
+own, and no test waits for them.  The molecule tests at the end of the session wait for their results.
 """
 import concurrent.futures
 import os
@@ -9,6 +12,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import background
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -25,6 +30,11 @@ LONGEST_FIRST = ("stack", "image", "ssh_mesh", "slurm", "nccl", "nfs", "benchmar
 # pip runs never write it at once.
 NEEDS_WHEELHOUSE = ("stack", "preflight", "image")
 WHEELHOUSE = Path(os.path.expanduser("~/.cache/multinode-deepspeed/wheelhouse"))
+
+# The scenarios' CPU weight: a tenth of a test's under contention (the cluster's containers and the controller have
+# 1024 each), enough that an SSH login or a podman call of a scenario never waits for seconds.
+WEIGHT = int(os.environ.get("MNDS_MOLECULE_WEIGHT", "128"))
+_weight = {}
 
 _started = {}
 _image_ready = threading.Event()
@@ -54,7 +64,8 @@ def run_scenario(image, scenario):
     t0 = time.time()
     try:
         proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=ROOT / "extensions", env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=1800)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=3600,
+                              preexec_fn=background.joiner(_weight.get("cgroup")))  # pylint: disable=W1509
     except subprocess.TimeoutExpired as exc:
         # What it did until then, for the failure's reader (the output is bytes here even with text=True).
         out = exc.stdout or b""
@@ -77,6 +88,11 @@ def start(chosen, e2e=False):
         order = [s for s in LONGEST_FIRST if s in chosen] + sorted(set(chosen) - set(LONGEST_FIRST))
         if not wheelhouse_ready.is_set():
             order = [s for s in order if s not in NEEDS_WHEELHOUSE] + [s for s in order if s in NEEDS_WHEELHOUSE]
+        # At a low CPU weight: their processes here, and the containers they create (podman labels them
+        # owner=molecule).
+        _weight["cgroup"] = background.cgroup("mnds-background", WEIGHT)
+        if _weight["cgroup"] is not None:
+            _weight["containers"] = background.ContainerWeight("owner=molecule", WEIGHT).start()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
         image = concurrent.futures.Future()
 
@@ -108,9 +124,8 @@ def wait_for_image(timeout=3600):
         _image_ready.wait(timeout)
 
 
-def wait_all(timeout=3600):
-    """Block until every started scenario ended (their results stay with their futures); the wheelhouse is built
-    by then (an end-to-end test's fixtures ran site.yml), or the scenarios build it alone."""
+def results():
+    """The started scenarios' futures, for the molecule tests to wait on: the wheelhouse is built by then (an
+    end-to-end test's fixtures ran site.yml), or the scenarios that need it build it alone."""
     wheelhouse_ready.set()
-    if _started:
-        concurrent.futures.wait(list(_started.values()), timeout=timeout)
+    return _started

@@ -1,5 +1,6 @@
 """Every role's molecule scenario (extensions/molecule/<role>): podman driver, converge, idempotence, testinfra verify.
-The scenarios run in the background from the start of the session (scenarios.py); each test waits for its own."""
+The scenarios run in the background from the start of the session, at a low CPU weight (scenarios.py); each test
+waits for its own."""
 import re
 from pathlib import Path
 
@@ -21,7 +22,8 @@ def scenario_runs(request):
     """Every selected scenario, started when the session's tests were collected (tests/conftest.py), or now."""
     chosen = set(item.callspec.params["scenario"] for item in request.session.items
                  if getattr(item, "callspec", None) is not None and "scenario" in item.callspec.params)
-    return scenarios.start(chosen)
+    scenarios.start(chosen)
+    return scenarios.results()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -1,0 +1,97 @@
+"""Work the suite runs beside its tests, at a lower CPU weight than the tests: the molecule scenarios (weight 128)
+and the Kubernetes control plane's first build (weight 2).
+
+``nice`` is not enough on this machine: it ranks a process only against the processes of its own cgroup, and the
+local cluster's containers and the scenarios' containers are cgroups of their own (``libpod_parent/libpod-<id>``,
+weight 1024 each).  So a background job's processes on the controller start in a cpu cgroup of their own (v1:
+``/sys/fs/cgroup/cpu/<name>``), and the containers a background job creates get the same weight
+(``podman update --cpu-shares``).  Weights are work-conserving: a background job gets every cycle the tests leave
+idle (a fault test waits on timeouts most of its time), and a test that needs both cores gets nearly all of them.
+Where the machine allows none of this, the work runs at the normal weight, as before."""
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+CPU = Path("/sys/fs/cgroup/cpu")
+CONTAINERS = CPU / "libpod_parent"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cgroup(name, shares):
+    """The cpu cgroup ``name`` with ``shares``, or None where this machine does not allow one."""
+    path = CPU / name
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    return path if weight(path, shares) else None
+
+
+def weight(path, shares):
+    """Set the cgroup's cpu.shares; False where it cannot be set."""
+    try:
+        (path / "cpu.shares").write_text(str(shares))
+        return True
+    except OSError:
+        return False
+
+
+def joiner(path):
+    """A ``preexec_fn`` that puts the child (and so everything it starts) into the cgroup ``path`` (None: nothing)."""
+    def join():
+        if path is not None:
+            try:
+                (path / "cgroup.procs").write_text(str(os.getpid()))
+            except OSError:
+                pass
+    return join
+
+
+def _podman(*args):
+    env = dict(os.environ, CONTAINERS_CONF=str(ROOT / ".cache" / "podman" / "containers.conf"),
+               PATH="/usr/sbin:/usr/bin:/sbin:/bin")
+    return subprocess.run(["podman", *args], env=env, capture_output=True, text=True, check=False)
+
+
+class ContainerWeight:
+    """While running, gives every new container labelled ``label`` (``key=value``) the cpu weight ``shares``.  It
+    looks for new container cgroups (a directory listing every ``every`` seconds; podman is asked only about a new
+    one), so it costs next to nothing while nothing is created."""
+
+    def __init__(self, label, shares, every=1.0):
+        self.label, self.shares, self.every = label, shares, every
+        self.seen = set()
+        self.lowered = []
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self):
+        if self._thread is None and CONTAINERS.is_dir():
+            self.seen = set(self._ids())  # those that exist now are not the background's
+            self._thread = threading.Thread(target=self._run, name="container-weight", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+
+    @staticmethod
+    def _ids():
+        try:
+            return [p.name[len("libpod-"):] for p in CONTAINERS.iterdir() if p.name.startswith("libpod-")]
+        except OSError:
+            return []
+
+    def _run(self):
+        key, _, value = self.label.partition("=")
+        while not self._stop.wait(self.every):
+            for cid in self._ids():
+                if cid in self.seen:
+                    continue
+                self.seen.add(cid)
+                res = _podman("inspect", "--format", '{{index .Config.Labels "%s"}}' % key, cid)
+                if res.returncode == 0 and res.stdout.strip() == value \
+                        and weight(CONTAINERS / ("libpod-" + cid), self.shares):
+                    self.lowered.append((cid, time.time()))
