@@ -85,7 +85,7 @@ class ContainerWeight:
             return []
 
     def _run(self):
-        key, _, value = self.label.partition("=")
+        key, value = self.label.split("=", 1)
         while not self._stop.wait(self.every):
             for cid in self._ids():
                 if cid in self.seen:
