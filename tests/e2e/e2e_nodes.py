@@ -81,13 +81,15 @@ def on_coord(command):
 
 def rank_step(run_id, rank=0, attempt=None):
     """The last step ``rank`` of run ``run_id`` (of its ``attempt``, for a run with restarts) recorded in its
-    metrics (0 before the first)."""
+    metrics (0 before the first; the run's steps once it wrote its done record)."""
     where = f"/shared/runs/{run_id}" + (f"/attempts/{attempt}" if attempt else "")
     res = on_coord(f"tail -n1 {where}/metrics/rank{rank}.jsonl 2>/dev/null")
     try:
-        return json.loads(res.stdout).get("step", 0)
+        record = json.loads(res.stdout)
     except ValueError:
         return 0
+    # A short run can end between two looks: its last record is then the done one, with the steps it ran.
+    return record.get("step", record.get("steps", 0) if record.get("event") == "done" else 0)
 
 
 def when_step(run_id, step, action, seconds=300, attempt=None):

@@ -123,8 +123,9 @@ def test_two_runs_side_by_side_neither_kills_the_other(provisioned, run_playbook
     try:
         assert when_step(a_id, 3, lambda: None), "run A never started"
         b = {}
+        # 150 steps (a few seconds): B still trains when A is stopped.
         t = threading.Thread(target=lambda: b.setdefault("res", run_playbook(
-            "train.yml", "-e", "backend=ssh-free", "-e", "model=gpt2-tiny", "-e", "steps=40", "-e", "master_port=29611",
+            "train.yml", "-e", "backend=ssh-free", "-e", "model=gpt2-tiny", "-e", "steps=150", "-e", "master_port=29611",
             "-e", f"run_id={b_id}", "-e", "preflight=false", name="side-b")))
         t.start()
         assert when_step(b_id, 3, lambda: None), "run B never started"

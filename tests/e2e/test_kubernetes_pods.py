@@ -269,7 +269,8 @@ def test_a_killed_controller_leaves_no_pod_running_and_the_service_takes_the_res
         time.sleep(2)
     ended = time.time() - t0
     print(f"SIGKILL: the pods ended {ended:.1f}s after the controller died: {phases or 'deleted and gone'}")
-    assert all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) in (0, 2), phases
+    # Each of the two pods ended or is gone (the orphaned watch may have deleted one and not yet the other).
+    assert all(phase in ("Succeeded", "Failed") for phase in phases) and len(phases) <= 2, phases
     for pod in pods():
         assert pod["spec"]["restartPolicy"] == "Never"
         assert pod["status"]["containerStatuses"][0].get("restartCount", 0) == 0
