@@ -2,11 +2,10 @@
 and after a failure with no attempt left (issue 44, points 4 and 12): run on localhost (controller and coordinator
 at once) with the real modules."""
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+import localplay
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAY = """
@@ -53,12 +52,7 @@ def play(tmp_path, paths, retry, started=1000.0):
     (tmp_path / "play.yml").write_text(PLAY % dict(
         retry=str(retry).lower(), tasks=ROOT / "playbooks" / "tasks" / "after_attempts.yml", started=started,
         **dict((k, str(v)) for k, v in paths.items())))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    ansible = str(Path(sys.executable).parent / "ansible-playbook")
-    res = subprocess.run([ansible, "-i", "localhost,", "-e", "ansible_python_interpreter=" + sys.executable,
-                          str(tmp_path / "play.yml")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300, check=False)
-    return res.returncode, res.stdout + res.stderr
+    return localplay.run_local(tmp_path / "play.yml")
 
 
 def held_spares(paths):

@@ -5,13 +5,13 @@ no setuid bit, no checkpoint, and rsync names each thing it left behind (run_sum
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+
+import localplay
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -45,12 +45,8 @@ def test_the_pull_brings_back_regular_files_and_directories_only(tmp_path):
         {"name": "keep its lines", "ansible.builtin.copy": {
             "content": "{{ pull.stdout_lines | to_json }}", "dest": str(tmp_path / "lines.json"), "mode": "0644"}}]}]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,",
-                          "-e", "ansible_python_interpreter=%s" % sys.executable, str(tmp_path / "play.yml")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
+    rc, out = localplay.run_local(tmp_path / "play.yml", timeout=120)
+    assert rc == 0, out
     found = [os.path.relpath(os.path.join(here, n), str(dest)) for here, dirs, names in os.walk(str(dest))
              for n in dirs + names]
     assert sorted(found) == [".rsync-filter", "launch.sh", "logs", "logs/w1_rank0.log"], found

@@ -3,10 +3,10 @@ coordinator, after the plan checked the names (issue 44, point 12): run on local
 once) with the real modules."""
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+import localplay
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAY = """
@@ -30,12 +30,7 @@ def play(tmp_path, names, quarantine, spares):
     (tmp_path / "play.yml").write_text(PLAY % dict(
         user=os.environ.get("USER") or "root", names=json.dumps(names), quarantine=quarantine, spares=spares,
         tasks=ROOT / "playbooks" / "tasks" / "checks.yml"))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    ansible = str(Path(sys.executable).parent / "ansible-playbook")
-    res = subprocess.run([ansible, "-i", "localhost,", "-e", "ansible_python_interpreter=" + sys.executable,
-                          "-e", "ansible_become=false", str(tmp_path / "play.yml")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300, check=False)
-    return res.returncode, res.stdout + res.stderr
+    return localplay.run_local(tmp_path / "play.yml", "-e", "ansible_become=false")
 
 
 def test_unquarantine_lets_the_nodes_out_in_the_records_on_the_coordinator(tmp_path):

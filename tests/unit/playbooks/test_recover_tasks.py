@@ -1,10 +1,9 @@
 """playbooks/tasks/recover.yml when the run needs no next attempt (train_retry false: the attempt before ended
 well): every task is skipped, none fails, not even an ignored one (issue 44: 'item' is undefined printed as an
 [ERROR] by every run with restarts)."""
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import localplay
 
 ROOT = Path(__file__).resolve().parents[3]
 PLAY = """
@@ -24,11 +23,7 @@ PLAY = """
 
 def test_a_run_that_needs_no_next_attempt_skips_every_task_without_an_error(tmp_path):
     (tmp_path / "play.yml").write_text(PLAY)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    ansible = str(Path(sys.executable).parent / "ansible-playbook")
-    res = subprocess.run([ansible, "-i", "localhost,", str(tmp_path / "play.yml")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120, check=False)
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out
+    rc, out = localplay.run_local(tmp_path / "play.yml", timeout=120)
+    assert rc == 0, out
     assert "is undefined" not in out and "ERROR" not in out, out
     assert "failed=0" in out and "ignored=0" in out, out
