@@ -25,6 +25,7 @@ import sys
 
 PROGRAM_FILE = "program.json"
 WORKDIR_VAR = "MULTINODE_DS_WORKDIR"
+WORK_DIR = "work"
 ENV_FILE = "rank.env"
 # The variable naming the node-local file of the run's secrets (rank.env holds its path, never a secret).
 SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
@@ -107,8 +108,10 @@ def become(run_dir, local_rank, extra: dict | None = None):
     program = read_program(run_dir)
     env = rank_environment(run_dir, os.environ, extra)
     argv = program_argv(sys.executable, program, local_rank)
-    # A script shipped with -e workdir runs in its workdir (its data/ and imports as on the controller).
-    os.chdir(env.get(WORKDIR_VAR) or run_dir)
+    # A script shipped with -e workdir runs in its attempt's work/: a link to each top entry of the read-only
+    # workspace (its data/ as on the controller; its imports come from the script's own directory, the workspace)
+    # beside what it writes, collected with the run (plugins/module_utils/plan/workdir.py WORK_DIR).
+    os.chdir(os.path.join(run_dir, WORK_DIR) if env.get(WORKDIR_VAR) else run_dir)
     os.execvpe(argv[0], argv, env)
 
 

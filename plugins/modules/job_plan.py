@@ -51,8 +51,9 @@ description:
   - 'Refused at once, before a file is listed: C(workdir=/), the controller user''s home directory or a directory
     above it, and a directory with C(.ssh/) at its top. Refused after the listing: a shipped file or directory that
     neither the group nor others may read on the controller (mode 0600, 0700), unless C(workdir_allow_private=true).
-    The workspace on the shared directory is readable by the run''s account only (directories 0700, files 0600 or
-    0700).'
+    The workspace on the shared directory is readable by the run''s account only, and read-only once it is marked
+    whole (directories 0500, files 0400 or 0500); the ranks start in their attempt''s C(work/), where a link to each
+    top entry of the workspace reads it as on the controller and what they write is collected with the run.'
   - C(min_nodes) above the job's rank nodes, a C(-e unquarantine) name that is no worker or spare of the inventory
     and not quarantined, and a C(quarantine_file) or C(spares_file) that is not an absolute path are refused (the
     records are left as they were).
@@ -136,7 +137,8 @@ job:
       C(ranks_over_ssh) and C(stop).
     - With C(workdir), C(workdir) - C(id), C(hash), C(root), C(dest) (C(<shared_dir>/workspaces/<id>)), C(marker),
       C(count), C(bytes), C(git) (C(commit), C(dirty), C(branch)), C(entrypoint), C(files_from_path),
-      C(secrets_left_out) (the files left out because their names say they hold secrets). With a
+      C(secrets_left_out) (the files left out because their names say they hold secrets), C(top) (its top entries,
+      the links of the ranks' C(work/)). Always C(pull_opts) (the rsync options of the run directory's pull). With a
       C(ds_config) or a monitor tracker, C(ds_config) - C(source), C(path) (in the run directory), C(text), C(kept)
       (the monitor keys the user set otherwise), C(user); for a user's script with a config, C(ds_check) (the argv of
       M(multinode.deepspeed.ds_config_check)). Always C(tracking) (the names) and C(mlflow) (C(uri), C(env), or none).

@@ -15,7 +15,8 @@ version_added: "0.3.0"
 description:
   - Checks first, writing nothing - the run id is new (its directory has no hostfile yet; one a failed preflight left
     is reused), the user's script exists (with a workdir - C(job.workdir) - that C(<shared_dir>/workspaces) can take
-    it, and whether this content is there already - RV(workspace_present)), and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
+    it, and whether this content is there already - RV(workspace_present), marked whole and hashed again to the
+    marked content; one that changed since is named in a warning, and the write removes it to be copied again), and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
     config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
     C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
@@ -25,7 +26,8 @@ description:
     and a rename) under an exclusive C(flock) of C(<lock>.guard), so of two runs only one takes it.
   - Writing first claims the run directory - C(control/claim), created exclusively with the play's token - so the
     same C(-e run_id) from two terminals gets one run, and the other play fails naming it.
-  - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/)) and writes the
+  - Then, unless O(write=false), creates the run directory (C(logs/), C(control/), C(nodes/); with a workdir,
+    C(work/), where the ranks start, with a link to each top entry of the workspace) and writes the
     hostfile, C(program.json) (the argv each rank becomes, read by C(multinode_ds.rank)), the DeepSpeed config the
     ranks read (C(job.ds_config), the user's C(-e ds_config) with the trackers' monitor sections), C(rank.env) (the
     ranks' whole environment, mode 0600), the C(.deepspeed_env) each node's shell exports before DeepSpeed's launcher
@@ -133,6 +135,8 @@ def main():
         result = prepare(module.params, module.check_mode)
     except PrepareError as exc:
         module.fail_json(msg=str(exc), **exc.extra)
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

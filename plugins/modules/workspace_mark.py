@@ -18,8 +18,10 @@ description:
   - Hashes the tree at O(path) as M(multinode.deepspeed.job_plan) hashed the workdir on the controller (each file's
     path, the owner's execute bit, size and content; a symlink's target; not mtimes), with the same code
     (C(plugins/module_utils/plan/workdir.py)).
-  - When the hashes match, writes O(marker) (the plan's C(workdir), as JSON, mode 0600, through a temporary file and
-    a rename); a launch that finds the marker copies nothing. When they differ, fails naming the files missing there
+  - When the hashes match, makes the copy read-only (directories 0500, files 0400, or 0500 when the owner may execute
+    them, so that the ranks, which run as its owner, cannot change it by accident), then writes O(marker) (the plan's
+    C(workdir), as JSON, mode 0600, through a temporary file and a rename); a launch that finds the marker, and the
+    copy still of the content it names, copies nothing. If the hashes differ, it fails naming the files missing there
     and the ones not planned (from O(files_from)), and writes no marker, so the next launch copies again.
 options:
   path:
@@ -114,6 +116,7 @@ def main():
                              "changes while the play runs (a log, a checkpoint) belongs in workdir_exclude"
                              % problem, marker=p["marker"], count=count)
     if not module.check_mode:
+        workdir.seal(p["path"])
         write_marker(p["marker"], p["content"])
     module.exit_json(changed=not module.check_mode, marker=p["marker"], count=count)
 

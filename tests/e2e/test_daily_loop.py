@@ -71,7 +71,8 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
         run_id = f"e2e-workdir-{n}-{int(time.time())}"
         # Relative paths are taken from where ansible-playbook runs.
         res = run_playbook(str(ROOT / "train.yml"), "-e", "workdir=proj", "-e", "entrypoint=train.py",
-                           "-e", "args='--steps 4 --deepspeed_config ds_config.json'", "-e", "tracking=tensorboard",
+                           "-e", "args='--steps 4 --deepspeed_config ds_config.json --probe-workspace'",
+                           "-e", "tracking=tensorboard",
                            "-e", f"run_id={run_id}", "-e", "preflight=false", name=f"workdir-{n}",
                            cwd=tmp_path, env_extra=profile)
         assert res.rc == 0, res.tail()
@@ -88,7 +89,13 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
     assert listing == ["./.gitignore", "./data/nonce.txt", "./data/points.txt", "./ds_config.json", "./helper.py",
                        "./train.py"]
     logs = "".join(p.read_text() for p in (tmp_path / "runs" / first_id / "logs").glob("*_rank*.log"))
-    assert f"rank 1/2 on worker2 in {dest} step 4" in logs
+    assert f"rank 1/2 on worker2 in /shared/runs/{first_id}/work step 4" in logs
+    # The marked workspace is read-only to the ranks; what they write in their working directory comes back with
+    # the run, and the links there (into the workspace) do not: nothing under runs/<id>/ is a link.
+    assert "workspace read-only for rank 0" in logs and "workspace read-only for rank 1" in logs, logs[-2000:]
+    got = tmp_path / "runs" / first_id
+    assert sorted(p.name for p in (got / "work").iterdir()) == ["out-rank0.txt", "out-rank1.txt"]
+    assert not [p for p in got.rglob("*") if p.is_symlink()] and summary["refused_files"] == []
     # The second launch of the same content copies nothing: with nothing between the checks and the agents, every
     # node's part of the first play ends after run_prepare, so neither those steps nor the copy task run.
     assert copy_result(first.out) == "changed" and BEFORE_TASK in first.out
@@ -110,6 +117,20 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
     changed = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())["workdir"]
     assert changed["id"] != wd["id"] and changed["copied"] is True and changed["git"]["dirty"] is True
     assert copy_result(res.out) == "changed"
+    # A marked workspace that something changed anyway (made writable, written) is found, removed and copied again.
+    tamper = f"chmod u+w {dest}/data && echo x > {dest}/data/extra.txt"
+    assert podman("exec", "--user", "deepspeed", "mnds-worker1", "sh", "-c", tamper).returncode == 0
+    subprocess.run(["git", "-C", str(project), "checkout", "-q", "helper.py"], check=True)
+    run_id = f"e2e-workdir-4-{int(time.time())}"
+    res = run_playbook(str(ROOT / "train.yml"), "-e", f"workdir={project}", "-e", "entrypoint=train.py",
+                       "-e", "args='--steps 1 --deepspeed_config ds_config.json'", "-e", f"run_id={run_id}",
+                       "-e", "preflight=false", name="workdir-4", cwd=tmp_path)
+    assert res.rc == 0, res.tail()
+    assert f"workspace {wd['id']} was marked whole and has changed since" in " ".join(res.out.split()), res.tail()
+    again = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())["workdir"]
+    assert again["id"] == wd["id"] and again["copied"] is True
+    listing = podman("exec", "mnds-worker2", "sh", "-c", f"cd {dest} && find . -type f | sort").stdout.split()
+    assert "./data/extra.txt" not in listing and "./train.py" in listing
 
 
 @pytest.mark.parametrize("backend", ["ssh-free", "slurm"])
@@ -124,7 +145,9 @@ def test_workdir_on_the_other_backends(provisioned, run_playbook, tmp_path, back
     assert summary["status"] == "success" and summary["backend"] == backend
     dest = summary["workdir"]["dest"]
     logs = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "logs").glob("*rank*.log"))
-    assert f"rank 0/2 on worker1 in {dest} step 3" in logs and f"rank 1/2 on worker2 in {dest} step 3" in logs
+    work = f"/shared/runs/{run_id}/work"
+    assert dest.startswith("/shared/workspaces/")
+    assert f"rank 0/2 on worker1 in {work} step 3" in logs and f"rank 1/2 on worker2 in {work} step 3" in logs
 
 
 def test_the_seeds_config_is_refused_before_any_agent_and_a_scripts_own_mistake_is_diagnosed(

@@ -1,7 +1,8 @@
 """A workdir's private files stay private (issue 44, point 2) on the local cluster: a .env is left out, a file only
 its owner may read ships (with workdir_allow_private) into a workspace that no other account of a node can read, and
 -e workdir=$HOME is refused before anything on the nodes changes.  The workspace is whole (point 3): names rsync's
---files-from would take for comments (#, ;) are copied, and the copy was checked against the plan's hash."""
+--files-from would take for comments (#, ;) are copied, the copy was checked against the plan's hash, and the
+ranks ran in their own work/ beside it."""
 import os
 import time
 from pathlib import Path
@@ -49,12 +50,15 @@ def test_home_is_refused_and_private_files_are_readable_by_the_run_account_only(
     assert summary["status"] == "success" and summary["workdir"]["count"] == 4
     logs = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "logs").glob("*rank*.log"))
     notes = (project / "notes.txt").read_text().strip()
-    assert f"rank in {dest} reads {notes} env False" in logs, logs[-2000:]
-    # On a node: the run's account owns the workspace and alone may read it; the .env never left the controller.
+    assert f"rank in /shared/runs/{run_id}/work reads {notes} env False" in logs, logs[-2000:]
+    # The ranks' work/ links (#scratch.py and ;old among them) stay on the cluster: no link, nothing refused.
+    assert not [p for p in (ROOT / "runs" / run_id).rglob("*") if p.is_symlink()] and summary["refused_files"] == []
+    # On a node: the run's account owns the workspace and alone may read it, read-only once it is marked whole;
+    # the .env never left the controller.
     modes = podman("exec", "mnds-worker2", "stat", "-c", "%a %U %n", dest, f"{dest}/train.py", f"{dest}/notes.txt",
                    f"{dest}.json").stdout.split("\n")
-    assert modes[:4] == [f"700 deepspeed {dest}", f"600 deepspeed {dest}/train.py",
-                         f"600 deepspeed {dest}/notes.txt", f"600 deepspeed {dest}.json"], modes
+    assert modes[:4] == [f"500 deepspeed {dest}", f"400 deepspeed {dest}/train.py",
+                         f"400 deepspeed {dest}/notes.txt", f"600 deepspeed {dest}.json"], modes
     assert podman("exec", "mnds-worker2", "test", "-e", f"{dest}/.env").returncode != 0
     listing = podman("exec", "mnds-worker2", "sh", "-c", f"cd {dest} && find . | LC_ALL=C sort").stdout.split("\n")
     assert listing == [".", "./#scratch.py", "./;old", "./notes.txt", "./train.py", ""], listing

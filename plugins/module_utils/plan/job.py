@@ -24,7 +24,7 @@ import re
 import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsops
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsops, workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import MASTER_PORT
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
@@ -406,7 +406,8 @@ def user_code(job, settings):
     shipped = inputs.get("workdir")
     if shipped:
         dest = workspace(job["shared_dir"], shipped["id"])
-        fields = ("id", "hash", "root", "count", "bytes", "git", "entrypoint", "files_from_path", "secrets_left_out")
+        fields = ("id", "hash", "root", "count", "bytes", "git", "entrypoint", "files_from_path", "secrets_left_out",
+                  "top")
         out["workdir"] = dict((k, shipped.get(k)) for k in fields)
         out["workdir"].update(dest=dest, marker=dest + ".json")
     keys = job.get("secret_keys") or []
@@ -427,6 +428,15 @@ def user_code(job, settings):
                            "--world-size", str(job["world_size"]), "--accelerator", job["accelerator"], "--json"
                            ] + dsops.check_args(out["ds_ops"], job["entrypoint"], job["args"])
     return out
+
+
+def pull_options(job):
+    """The pull's rsync options (playbooks/tasks/attempt.yml): not the checkpoints (they stay on the cluster) nor
+    the later attempts' directories, nothing that is not a file or a directory, no set-id bit; with a workdir, not
+    the links of the ranks' working directory (into the workspace, which the controller has)."""
+    top = (job.get("workdir") or {}).get("top") or []
+    return ["--exclude=checkpoints/", "--exclude=attempts/", "--mkpath", "--no-devices", "--no-specials",
+            "--chmod=a-st"] + workdir.pull_excludes(top)
 
 
 def tracker_problems(job, master):
@@ -630,6 +640,7 @@ def plan(settings, workers, coordinators, now):
     job.update(placement(job, layout, workers, coordinators))
     job["metrics"] = not entrypoint
     job.update(user_code(job, settings))
+    job["pull_opts"] = pull_options(job)
     job["interface"] = common_interface(workers, rank_hosts)
     job["rank_memory_gib"] = rank_memory_gib(workers, rank_hosts, job["slots"])
     job["env"] = rank_env(job, settings, workers[job["master"]].get("env") or {}, user)

@@ -25,6 +25,9 @@ import fnmatch
 import hashlib
 import os
 import pwd
+import re
+import shlex
+import shutil
 import stat
 import subprocess
 
@@ -48,6 +51,10 @@ SECRET_ENV_GLOB = ".env.*"
 SECRET_ENV_TEMPLATES = (".env.example", ".env.sample", ".env.template", ".env.dist")
 # How many names an error or a warning lists before "and N more".
 NAMED = 5
+# The ranks' working directory, under each attempt's run directory (multinode_ds/rank.py starts them there): a link
+# to each top entry of the workspace, so the script reads its files as on the controller, beside what the ranks
+# write, which is collected with the run. The workspace itself is read-only (``seal``).
+WORK_DIR = "work"
 
 
 class WorkdirError(ValueError):
@@ -338,6 +345,53 @@ def verify(dest, expected, planned=None):
         dest, short_id(expected), short_id(there), why)
 
 
+def seal(dest):
+    """Make the copy at ``dest`` read-only, its owner's read and execute bits kept: directories 0500, files 0400
+    (0500 when the owner may execute them); symlinks stay as they are. Ranks run as the owner: what they write
+    into it by accident (outputs, caches) fails instead of changing the content that later runs reuse by hash."""
+    for here, dirs, names in os.walk(dest):
+        for name in dirs + names:
+            full = os.path.join(here, name)
+            mode = os.lstat(full).st_mode
+            if stat.S_ISDIR(mode):
+                os.chmod(full, 0o500)
+            elif stat.S_ISREG(mode):
+                os.chmod(full, stat.S_IMODE(mode) & 0o500)
+    os.chmod(dest, 0o500)
+
+
+def remove(dest):
+    """Remove the copy at ``dest``, sealed or not (its directories made writable first): a workspace that is no
+    longer the content its marker names is copied again from nothing."""
+    if not os.path.isdir(dest) or os.path.islink(dest):
+        return
+    os.chmod(dest, 0o700)
+    for here, dirs, _names in os.walk(dest):
+        for name in dirs:
+            full = os.path.join(here, name)
+            if not os.path.islink(full):
+                os.chmod(full, 0o700)
+    shutil.rmtree(dest)
+
+
+def top_names(files):
+    """The workspace's top entries (each file's first path component), sorted: the links of ``WORK_DIR``."""
+    return sorted(set(f.split("/", 1)[0] for f in files))
+
+
+def pull_excludes(names):
+    """The pull's rsync options that leave out the links of the ranks' working directory (``WORK_DIR/<name>`` for
+    each of ``names``): they lead into the workspace, which the controller has. Each is quoted for the shell split
+    ``ansible.posix.synchronize`` gives its command line, and a name with a wildcard has its wildcards escaped (rsync
+    reads a backslash as an escape only in a pattern with a wildcard)."""
+    out = []
+    for name in names:
+        if re.search(r"[*?\[]", name):
+            name = re.sub(r"([*?\[\\])", r"\\\1", name)
+        out.append(shlex.quote("--exclude=/%s/%s" % (WORK_DIR, name)))
+    return out
+
+
 def short_id(hexdigest):
     """The hash's first 16 hex digits: what a run records and a person reads."""
     return hexdigest[:16]
@@ -451,5 +505,5 @@ def plan(root, entrypoint, excludes, max_mb, cwd, include_secrets=(), allow_priv
     total = size_report(path, files, max_mb)
     hexdigest = digest(path, files)
     return {"root": path, "files": files, "count": len(files), "bytes": total, "hash": hexdigest,
-            "id": short_id(hexdigest), "git": git_info(path), "entrypoint": rel,
+            "id": short_id(hexdigest), "git": git_info(path), "entrypoint": rel, "top": top_names(files),
             "files_from": files_from(files), "secrets_left_out": secrets}

@@ -18,6 +18,7 @@ import os
 import tempfile
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run, start_detached
@@ -111,13 +112,50 @@ def fail_checks(job):
 
 def workspace_check(job, where):
     """The shipped workdir's place: ``workspaces/`` the run's account can write, and whether this content is there
-    already (its marker, written once it was copied whole); the play copies it when it is not."""
+    already (its marker, written once it was copied whole, and the tree still the content the marker names); the
+    play copies it when it is not. A marked workspace that changed since is said in a warning (it is copied again:
+    ``make_room``)."""
     parent = os.path.dirname(job["workdir"]["dest"])
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
         raise PrepareError("%s on %s is not a directory the run's account can write, so workdir=%s cannot be copied "
                            "there. Fix: run site.yml (it creates it), or create it owned by the run's account"
                            % (parent, where, job["workdir"]["root"]))
-    return {"workspace_present": os.path.isfile(job["workdir"]["marker"])}
+    whole, problem = workspace_state(job)
+    out = {"workspace_present": whole}
+    if problem:
+        out["warnings"] = ["workspace %s was marked whole and has changed since (%s): something wrote into it. It is "
+                           "removed and copied again; the ranks' outputs belong in their working directory "
+                           "(collected with the run) or $MULTINODE_DS_RUN_DIR" % (job["workdir"]["id"], problem)]
+    return out
+
+
+def workspace_state(job):
+    """``(whole, problem)``: whether the workspace is marked and still hashes to the plan's content, and when it is
+    marked but not, how it differs."""
+    shipped = job["workdir"]
+    if not os.path.isfile(shipped["marker"]):
+        return False, None
+    problem = workdir.verify(shipped["dest"], shipped["hash"])
+    return problem is None, problem
+
+
+def make_room(job):
+    """Before the copy: a marked workspace whose tree is no longer its content loses its marker and its tree (files
+    written into it would stay beside a new copy); the ranks' working directory of this attempt, with a link to each
+    top entry of the workspace (``plan/workdir.WORK_DIR``). Returns the working directory."""
+    shipped = job["workdir"]
+    if os.path.isfile(shipped["marker"]) and not workspace_state(job)[0]:
+        os.remove(shipped["marker"])
+        workdir.remove(shipped["dest"])
+    work = os.path.join(job["run_dir"], workdir.WORK_DIR)
+    os.makedirs(work, mode=0o755, exist_ok=True)
+    for name in shipped.get("top") or []:
+        if "/" in name or name in (".", "..", ""):
+            raise PrepareError("the workspace's top entry %r is not a name" % name)
+        link = os.path.join(work, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(shipped["dest"], name), link)
+    return work
 
 
 def env_lines(env):
@@ -152,6 +190,8 @@ def prepare(params, check_mode=False):
         raise PrepareError(taken)
     for sub in ("logs", "control", "nodes"):
         os.makedirs(os.path.join(job["run_dir"], sub), mode=0o755, exist_ok=True)
+    if job.get("workdir"):
+        result["written"].append(make_room(job))
     # The launch backend's own files (a batch script...), paths under the run directory.
     for name, text in sorted(((job.get("launch") or {}).get("files") or {}).items()):
         path = os.path.normpath(os.path.join(job["run_dir"], name))

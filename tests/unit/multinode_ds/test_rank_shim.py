@@ -73,6 +73,20 @@ def test_hostile_arguments_and_values_arrive_verbatim_and_run_nothing(tmp_path):
     assert not list(tmp_path.glob("pwned*"))
 
 
+def test_a_shipped_script_runs_in_its_attempts_work_directory_and_the_bundled_trainer_in_the_run_directory(tmp_path):
+    script = tmp_path / "cwd.py"
+    script.write_text("import os\nopen(os.path.join(os.environ['OUT'], 'cwd.txt'), 'w').write(os.getcwd())\n")
+    (tmp_path / "program.json").write_text(json.dumps([str(script)]))
+    (tmp_path / "work").mkdir()
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for rank_env, cwd in (("", tmp_path), ("MULTINODE_DS_WORKDIR=/shared/workspaces/w1\n", tmp_path / "work")):
+        (tmp_path / "rank.env").write_text("OUT=%s\n%s" % (tmp_path, rank_env))
+        proc = subprocess.run([sys.executable, "-m", "multinode_ds.rank", "--run-dir", str(tmp_path)], env=env,
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert (tmp_path / "cwd.txt").read_text() == str(cwd)
+
+
 def test_a_later_attempt_gets_the_newest_whole_checkpoint_as_its_resume_tag(tmp_path):
     import zipfile
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import pull_options
 
 import localplay
 
@@ -37,10 +38,19 @@ def test_the_pull_brings_back_regular_files_and_directories_only(tmp_path):
     os.symlink(str(tmp_path), str(src / "logs" / "up"))
     os.mkfifo(str(src / "pipe"))
     (src / ".rsync-filter").write_text("+ checkpoints/\n")
+    # A shipped script's work/: links into the workspace (names rsync would read as patterns or comments among
+    # them) beside what the ranks wrote.
+    top = ["data", "#notes.py", "*.py", "a b", "it's"]
+    (src / "work").mkdir()
+    for name in top:
+        os.symlink(str(tmp_path / "workspace" / name), str(src / "work" / name))
+    (src / "work" / "out.txt").write_text("a rank's output\n")
+    train_job = {"pull_opts": pull_options({"workdir": {"top": top}})}
     args = dict(pull_task(), src="%s/" % src, dest="%s/" % dest)
     for key in ("use_ssh_args", "ssh_connection_multiplexing", "verify_host"):
         args.pop(key)
-    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "tasks": [
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False, "vars": {"train_job": train_job},
+             "tasks": [
         {"name": "pull", "ansible.posix.synchronize": args, "register": "pull"},
         {"name": "keep its lines", "ansible.builtin.copy": {
             "content": "{{ pull.stdout_lines | to_json }}", "dest": str(tmp_path / "lines.json"), "mode": "0644"}}]}]
@@ -49,7 +59,7 @@ def test_the_pull_brings_back_regular_files_and_directories_only(tmp_path):
     assert rc == 0, out
     found = [os.path.relpath(os.path.join(here, n), str(dest)) for here, dirs, names in os.walk(str(dest))
              for n in dirs + names]
-    assert sorted(found) == [".rsync-filter", "launch.sh", "logs", "logs/w1_rank0.log"], found
+    assert sorted(found) == [".rsync-filter", "launch.sh", "logs", "logs/w1_rank0.log", "work", "work/out.txt"], found
     assert stat.S_IMODE(os.stat(str(dest / "launch.sh")).st_mode) == 0o755
     lines = json.loads((tmp_path / "lines.json").read_text())
     assert files.rsync_skipped(lines) == ["logs/up", "pipe", "report.md"], lines

@@ -1,9 +1,11 @@
 """A user's DeepSpeed script, shipped with -e workdir: it imports helper.py and reads data/ from its directory.
 
     deepspeed train.py --deepspeed_config ds_config.json [--steps N] [--data FILE] [--inline-batch N]
+        [--probe-workspace]
 
 --inline-batch N builds its own config dict with train_batch_size N (no --deepspeed_config): a config mistake made in
-the script, which only DeepSpeed finds, after launch.
+the script, which only DeepSpeed finds, after launch. --probe-workspace: each rank writes a file in its working
+directory and tries one in data/ (the read-only workspace), and says which it could.
 """
 import argparse
 import os
@@ -22,6 +24,7 @@ def main():
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--inline-batch", type=int, default=0)
     parser.add_argument("--data", default="data/points.txt")
+    parser.add_argument("--probe-workspace", action="store_true")
     parser = deepspeed.add_config_arguments(parser)
     args = parser.parse_args()
     deepspeed.init_distributed(dist_backend="gloo")
@@ -49,6 +52,20 @@ def main():
             if step >= args.steps:
                 break
     dist.barrier()
+    if args.probe_workspace:
+        probe(rank)
+
+
+def probe(rank):
+    """What a rank may write: its working directory (collected with the run), not the workspace (read-only)."""
+    with open(f"out-rank{rank}.txt", "w") as fh:
+        fh.write(f"rank {rank} wrote this\n")
+    try:
+        with open(os.path.join("data", f"probe-rank{rank}.txt"), "w") as fh:
+            fh.write("x\n")
+        print(f"workspace writable for rank {rank}", flush=True)
+    except PermissionError:
+        print(f"workspace read-only for rank {rank}", flush=True)
 
 
 if __name__ == "__main__":

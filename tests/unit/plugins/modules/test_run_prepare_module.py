@@ -1,9 +1,11 @@
 """run_prepare: the run's checks (new run id, the user's script, the trainer's dry run), then its directory."""
 import json
 import os
+import shutil
 import sys
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import prepare
 from ansible_collections.multinode.deepspeed.plugins.modules import run_prepare
 
 ENV = {"PYTHONUNBUFFERED": "1", "DS_ACCELERATOR": "cpu", "MULTINODE_DS_RUN_ID": "r1", "A_FIRST": "x=y",
@@ -245,3 +247,61 @@ def test_an_agent_that_exits_at_once_fails_the_call_naming_the_node(tmp_path, ru
     res = run_module(run_prepare, {"job": job, "agent": agent})
     assert res["failed"] is True and res["rc"] == 4
     assert "exited at once with code 4" in res["msg"] and "no launcher" in res["msg"] and "coord's agent" in res["msg"]
+
+
+def shipped_job(tmp_path, run_id="r3"):
+    """A job with a workdir marked whole on the shared directory (as workspace_mark leaves it: sealed, marked)."""
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import workdir
+    project = tmp_path / "proj"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "points.txt").write_text("1 2\n")
+    (project / "train.py").write_text("print('x')\n")
+    plan = workdir.plan(str(project), "train.py", [], None, "/")
+    dest = tmp_path / "shared" / "workspaces" / plan["id"]
+    shutil.copytree(project, dest)
+    workdir.seal(str(dest))
+    marker = str(dest) + ".json"
+    with open(marker, "w") as fh:
+        fh.write("{}\n")
+    shipped = dict(plan, dest=str(dest), marker=marker)
+    return dict(make_job(tmp_path, run_id=run_id, run_dir=str(tmp_path / "shared" / "runs" / run_id)), workdir=shipped)
+
+
+def test_the_ranks_work_directory_links_each_top_entry_of_the_workspace(tmp_path, run_module):
+    job = shipped_job(tmp_path)
+    res = run_module(run_prepare, {"job": job})
+    assert res.get("failed") is not True, res
+    assert res["workspace_present"] is True and "warnings" not in res
+    work = os.path.join(job["run_dir"], "work")
+    assert work in res["written"] and sorted(os.listdir(work)) == ["data", "train.py"]
+    for name in ("data", "train.py"):
+        assert os.readlink(os.path.join(work, name)) == os.path.join(job["workdir"]["dest"], name)
+    assert open(os.path.join(work, "data", "points.txt")).read() == "1 2\n"
+
+
+def test_a_marked_workspace_that_changed_is_said_removed_and_copied_again(tmp_path, run_module):
+    job = shipped_job(tmp_path)
+    dest = job["workdir"]["dest"]
+    os.chmod(os.path.join(dest, "data"), 0o700)  # what a rank would have to do to write there
+    with open(os.path.join(dest, "data", "out.log"), "w") as fh:
+        fh.write("a rank wrote here\n")
+    # What the action plugin returns (the module hands the same lines to module.warn).
+    res = prepare.prepare({"job": job, "write": False, "check": True, "agent": None})
+    assert res["workspace_present"] is False and os.path.isfile(job["workdir"]["marker"])  # the check changes nothing
+    warnings = res["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "workspace %s was marked whole and has changed since (the copy in %s is not the content the plan hashed"
+        % (job["workdir"]["id"], dest))
+    assert "It is removed and copied again" in warnings[0]
+    res = run_module(run_prepare, {"job": job, "check": False})
+    assert res.get("failed") is not True, res
+    # The write, before the copy: no marker, no tree (the file written there would stay beside a new copy).
+    assert not os.path.exists(job["workdir"]["marker"]) and not os.path.exists(dest)
+    assert os.path.islink(os.path.join(job["run_dir"], "work", "data"))
+
+
+def test_an_unchanged_marked_workspace_is_kept_by_the_write(tmp_path, run_module):
+    job = shipped_job(tmp_path, run_id="r4")
+    res = run_module(run_prepare, {"job": job, "check": False})
+    assert res.get("failed") is not True, res
+    assert os.path.isfile(job["workdir"]["marker"]) and os.listdir(job["workdir"]["dest"])

@@ -54,6 +54,10 @@ def test_every_name_is_copied_checked_and_marked_readable_by_the_owner_only(run_
     marker = dest.parent / (plan["id"] + ".json")
     assert marker.read_text() == '{\n    "id": "%s"\n}\n' % plan["id"]
     assert oct(os.stat(marker).st_mode & 0o777) == "0o600"
+    # Marked, it is read-only to the ranks (its owner's read and execute bits only), and still the planned content.
+    assert [oct(os.stat(dest / p).st_mode & 0o777) for p in ("", "sub", "train.py", "sub/#deep.txt")] == [
+        "0o500", "0o500", "0o500", "0o400"]
+    assert workdir.verify(str(dest), plan["hash"]) is None
 
 
 @needs_rsync

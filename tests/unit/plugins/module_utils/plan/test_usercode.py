@@ -49,6 +49,12 @@ def test_a_workdir_ships_git_view_and_the_entrypoint_runs_in_it(project):
     assert job["entrypoint"] == dest + "/train.py" and job["program"] == [dest + "/train.py"]
     assert job["env"]["MULTINODE_DS_WORKDIR"] == dest and job["env"]["PYTHONDONTWRITEBYTECODE"] == "1"
     assert job["ds_config"] is None and job["ds_check"] is None and job["dry_run"] is None
+    # The ranks' work/ links each top entry; the pull leaves those links out (and the checkpoints, as for any run).
+    assert job["workdir"]["top"] == [".gitignore", "data", "ds_config.json", "helper.py", "train.py"]
+    assert job["pull_opts"][:2] == ["--exclude=checkpoints/", "--exclude=attempts/"]
+    assert job["pull_opts"][-5:] == ["--exclude=/work/.gitignore", "--exclude=/work/data",
+                                     "--exclude=/work/ds_config.json", "--exclude=/work/helper.py",
+                                     "--exclude=/work/train.py"]
 
 
 def test_the_same_content_gives_the_same_place_a_change_a_new_one(project):
