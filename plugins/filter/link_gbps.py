@@ -21,7 +21,7 @@ options:
     type: dict
     required: true
   node:
-    description: The node's profile as the M(multinode.deepspeed.nccl_profile) filter returns it.
+    description: The node's profile as the P(multinode.deepspeed.nccl_profile#filter) filter returns it.
     type: dict
     required: true
 author:

@@ -14,7 +14,7 @@ description:
   - Checks the settings first; returns every problem (naming the host, the variable and the fix) instead of files
     when there is one, so that the role fails before anything on the nodes changes.
   - One C(NodeName) line per worker (CPUs, RealMemory at 95% of the kernel's total, C(Gres=gpu:N) for GPUs), one
-    partition (every worker, or O(_input.partition_nodes)).
+    partition (every worker, or the C(partition_nodes) of O(_input)).
   - The C(slurm) role uses it (C(docs/roles/slurm.md)).
 positional: _input, controller, nodes
 options:
