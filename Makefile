@@ -1,7 +1,7 @@
 # multinode.deepspeed: the two commands of the README, and their parts.
 #   make demo   set up, start the local cluster, provision it, train across two workers
 #   make test   unit tests, lint, sanity, end-to-end on the local cluster (the full check; CI runs it)
-#   make test-fast  the inner loop: unit tests and the quality gates but lint and sanity, no cluster
+#   make test-fast  the inner loop: unit tests and the quality gates (lint and sanity beside them), no cluster
 SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
@@ -53,10 +53,11 @@ build: setup
 test: setup
 	@scripts/test
 
-# The inner loop (a few minutes, no cluster): the unit tests and the quality gates other than ansible-lint and
-# ansible-test sanity (make lint, make sanity). The time by phase is in tests/output/test-phases.json.
+# The inner loop (a few minutes, no cluster): the unit tests and the quality gates, ansible-lint and ansible-test
+# sanity in the background beside the unit tests (tests/quality/gates.py). The time by phase is in
+# tests/output/test-phases.json.
 test-fast: setup
-	$(BIN)/python -m pytest tests/unit tests/quality -p no:cacheprovider -q -k "not test_ansible_lint and not test_ansible_test_sanity"
+	$(BIN)/python -m pytest tests/unit tests/quality -p no:cacheprovider -q
 
 # Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=5 by default: three rounds are too few on this 2-core machine).
 bench-slurm:

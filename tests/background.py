@@ -7,7 +7,13 @@ weight 1024 each).  So a background job's processes on the controller start in a
 ``/sys/fs/cgroup/cpu/<name>``), and the containers a background job creates get the same weight
 (``podman update --cpu-shares``).  Weights are work-conserving: a background job gets every cycle the tests leave
 idle (a fault test waits on timeouts most of its time), and a test that needs both cores gets nearly all of them.
-Where the machine allows none of this, the work runs at the normal weight, as before."""
+Where the machine allows none of this, the work runs at the normal weight, as before.
+
+The jobs of that weight (the molecule scenarios, tests/molecule/scenarios.py; ansible-lint and ansible-test sanity,
+tests/quality/gates.py) run with ``run`` in the cgroup ``mnds-background`` and are listed with ``track``, so that
+the suite's time by phase shows their seconds (``durations``)."""
+import concurrent.futures
+import contextlib
 import os
 import subprocess
 import threading
@@ -17,6 +23,14 @@ from pathlib import Path
 CPU = Path("/sys/fs/cgroup/cpu")
 CONTAINERS = CPU / "libpod_parent"
 ROOT = Path(__file__).resolve().parents[1]
+
+# The background jobs' CPU weight: a tenth of a test's under contention (the cluster's containers and the
+# controller have 1024 each), enough that an SSH login or a podman call of a scenario never waits for seconds.
+GROUP = "mnds-background"
+WEIGHT = int(os.environ.get("MNDS_BACKGROUND_WEIGHT", "128"))
+_lock = threading.Lock()
+_group = {}
+_jobs = {}
 
 
 def cgroup(name, shares):
@@ -95,3 +109,73 @@ class ContainerWeight:
                 if res.returncode == 0 and res.stdout.strip() == value \
                         and weight(CONTAINERS / ("libpod-" + cid), self.shares):
                     self.lowered.append((cid, time.time()))
+
+
+def group():
+    """The background jobs' cpu cgroup (``GROUP`` at ``WEIGHT``, made on first use), or None where not allowed."""
+    with _lock:
+        if "path" not in _group:
+            _group["path"] = cgroup(GROUP, WEIGHT)
+        return _group["path"]
+
+
+@contextlib.contextmanager
+def awaited():
+    """While the session waits for its background jobs with nothing else left to run (the tests that read their
+    results come last): the jobs at the normal weight, so that they get the share of the CPU the tests had."""
+    path = group()
+    if path is not None:
+        weight(path, 1024)
+    try:
+        yield
+    finally:
+        if path is not None:
+            weight(path, WEIGHT)
+
+
+def _text(out):
+    return out.decode("utf-8", "replace") if isinstance(out, bytes) else (out or "")
+
+
+def run(argv, log, timeout=3600, merge=True, **kwargs):
+    """``argv`` to its end in the background cgroup: ``(CompletedProcess, seconds, log)``.  Its output goes to the
+    file ``log`` too (stdout, then stderr unless ``merge`` sent stderr to stdout); on a timeout, what it printed
+    until then, and TimeoutExpired is raised."""
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                              text=True, check=False, timeout=timeout,
+                              preexec_fn=joiner(group()), **kwargs)  # pylint: disable=W1509
+    except subprocess.TimeoutExpired as exc:
+        # The output is bytes here even with text=True.
+        Path(log).write_text(_text(exc.stdout) + _text(exc.stderr))
+        raise
+    Path(log).write_text(proc.stdout + (proc.stderr or ""))
+    return proc, time.time() - t0, log
+
+
+def track(name, future):
+    """List ``future`` (whose result is ``run``'s) under ``name`` in the suite's time by phase."""
+    _jobs[name] = future
+    return future
+
+
+def submit(name, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a thread of its own from now: its Future, tracked under ``name``."""
+    future = concurrent.futures.Future()
+
+    def work():
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # pylint: disable=broad-except
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name=name, daemon=True).start()
+    return track(name, future)
+
+
+def durations():
+    """``{name: seconds}`` of the tracked jobs that ended with a result (passed or failed)."""
+    return {name: future.result()[1] for name, future in sorted(_jobs.items())
+            if future.done() and not future.cancelled() and future.exception() is None}

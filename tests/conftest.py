@@ -1,5 +1,6 @@
 """Make the collection importable as ansible_collections.multinode.deepspeed in place; start the molecule scenarios
-early (below)."""
+and the slow quality gates early (below)."""
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ except ImportError:
 # The suite's time by phase (tests/phases.py): every test's report, one line per phase at the end, and
 # tests/output/test-phases.json.
 sys.path.insert(0, str(ROOT / "tests"))
+import background  # noqa: E402  # pylint: disable=wrong-import-position
 import phases as _phases  # noqa: E402  # pylint: disable=wrong-import-position
 
 PHASES = _phases.Phases()
@@ -40,16 +42,12 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    for name, module in (("scenarios", sys.modules.get("scenarios")), ("early", sys.modules.get("early"))):
-        if module is None:
-            continue
-        if name == "early":
-            for what, seconds in module.timings().items():
-                PHASES.note(what, seconds)
-            continue
-        for scenario, future in sorted(getattr(module, "_started", {}).items()):
-            if future.done() and future.exception() is None:
-                PHASES.note("molecule %s (scenario)" % scenario, future.result()[1])
+    # The background jobs (molecule scenarios, lint, sanity: tests/background.py) and the early cluster's parts.
+    timings = dict(background.durations())
+    if "early" in sys.modules:
+        timings.update(sys.modules["early"].timings())
+    for what, seconds in timings.items():
+        PHASES.note(what, seconds)
     setup = os.environ.get("MNDS_SETUP_SECONDS")
     record = PHASES.record(float(setup) if setup else None)
     path = _phases.write(record)
@@ -60,28 +58,42 @@ def pytest_terminal_summary(terminalreporter):
 
 # The molecule scenarios run in the background from the end of collection, at a low CPU weight
 # (tests/molecule/scenarios.py): they overlap every other test; an end-to-end test waits only for the node image
-# before its fixtures start the cluster (the two must not build it at once).
-def _scenarios():
-    where = str(ROOT / "tests" / "molecule")
+# before its fixtures start the cluster (the two must not build it at once).  ansible-lint and ansible-test sanity
+# do the same (tests/quality/gates.py), and their two tests come last, to read the results.
+def _helper(folder, name):
+    where = str(ROOT / "tests" / folder)
     if where not in sys.path:
         sys.path.insert(0, where)
-    import scenarios  # pylint: disable=import-outside-toplevel
-    return scenarios
+    return importlib.import_module(name)
+
+
+def _scenarios():
+    return _helper("molecule", "scenarios")
 
 
 def _early():
-    where = str(ROOT / "tests" / "e2e")
-    if where not in sys.path:
-        sys.path.insert(0, where)
-    import early  # pylint: disable=import-outside-toplevel
-    return early
+    return _helper("e2e", "early")
+
+
+def _gates():
+    return _helper("quality", "gates")
+
+
+def pytest_collection_modifyitems(items):
+    # The tests that only wait for a quality gate run last: nothing else waits for the gates meanwhile.
+    last = _gates().items(items)
+    if last:
+        items[:] = [item for item in items if item not in last] + last
 
 
 def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return  # nothing runs: nothing starts
     # A session with end-to-end tests starts the local cluster and its first site.yml now, in the background
     # (tests/e2e/early.py; MNDS_E2E_EARLY=0 leaves them to the fixtures): they overlap the unit tests.
     e2e = any(item.get_closest_marker("e2e") is not None for item in session.items)
     _start_molecule(session, e2e)
+    _gates().start([item.name for item in _gates().items(session.items)])
     if e2e and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
         _early().start()
     # The Kubernetes tests' control plane, compiled the first time: in the background at the lowest priority.

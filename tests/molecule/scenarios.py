@@ -31,11 +31,6 @@ LONGEST_FIRST = ("stack", "image", "ssh_mesh", "slurm", "nccl", "nfs", "benchmar
 NEEDS_WHEELHOUSE = ("stack", "preflight", "image")
 WHEELHOUSE = Path(os.path.expanduser("~/.cache/multinode-deepspeed/wheelhouse"))
 
-# The scenarios' CPU weight: a tenth of a test's under contention (the cluster's containers and the controller have
-# 1024 each), enough that an SSH login or a podman call of a scenario never waits for seconds.
-WEIGHT = int(os.environ.get("MNDS_MOLECULE_WEIGHT", "128"))
-_weight = {}
-
 _started = {}
 _image_ready = threading.Event()
 wheelhouse_ready = threading.Event()
@@ -59,20 +54,8 @@ def run_scenario(image, scenario):
                ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"), ANSIBLE_FORCE_COLOR="0", NO_COLOR="1",
                PY_COLORS="0", ANSIBLE_NOCOLOR="1")
     env.pop("ANSIBLE_CONFIG", None)
-    OUTPUT.mkdir(parents=True, exist_ok=True)
     log = OUTPUT / f"molecule-{scenario}-{int(time.time())}.log"
-    t0 = time.time()
-    try:
-        proc = subprocess.run([str(BIN / "molecule"), "test", "-s", scenario], cwd=ROOT / "extensions", env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False, timeout=3600,
-                              preexec_fn=background.joiner(_weight.get("cgroup")))  # pylint: disable=W1509
-    except subprocess.TimeoutExpired as exc:
-        # What it did until then, for the failure's reader (the output is bytes here even with text=True).
-        out = exc.stdout or b""
-        log.write_text(out.decode("utf-8", "replace") if isinstance(out, bytes) else out)
-        raise
-    log.write_text(proc.stdout)
-    return proc, time.time() - t0, log
+    return background.run([str(BIN / "molecule"), "test", "-s", scenario], log, cwd=ROOT / "extensions", env=env)
 
 
 def start(chosen, e2e=False):
@@ -90,9 +73,8 @@ def start(chosen, e2e=False):
             order = [s for s in order if s not in NEEDS_WHEELHOUSE] + [s for s in order if s in NEEDS_WHEELHOUSE]
         # At a low CPU weight: their processes here, and the containers they create (podman labels them
         # owner=molecule).
-        _weight["cgroup"] = background.cgroup("mnds-background", WEIGHT)
-        if _weight["cgroup"] is not None:
-            _weight["containers"] = background.ContainerWeight("owner=molecule", WEIGHT).start()
+        if background.group() is not None:
+            background.ContainerWeight("owner=molecule", background.WEIGHT).start()
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=JOBS)
         image = concurrent.futures.Future()
 
@@ -112,7 +94,7 @@ def start(chosen, e2e=False):
             return run_scenario(image.result(), scenario)
 
         for scenario in order:
-            _started[scenario] = pool.submit(run, scenario)
+            _started[scenario] = background.track("molecule %s (scenario)" % scenario, pool.submit(run, scenario))
         pool.shutdown(wait=False)
         return _started
 
