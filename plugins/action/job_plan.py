@@ -12,11 +12,12 @@ import os
 import secrets
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode, workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import (JobError, host_list, plan,
                                                                                    unquarantine_problems)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 
 # Play variable -> job setting (the -e names users type, and the roles' variables).
 SETTINGS = {
@@ -175,8 +176,8 @@ class ActionModule(ActionBase):
         if inputs.get("args") is not None:
             settings["args"] = inputs["args"]
         try:
-            job = plan(settings, facts, coordinators,
-                       datetime.datetime.now(datetime.timezone.utc))
+            # The plan asks the job's launch backend (from the launch stage's registry) to describe its launch.
+            job = plan(settings, facts, coordinators, datetime.datetime.now(datetime.timezone.utc), backends)
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result

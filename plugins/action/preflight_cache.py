@@ -13,7 +13,7 @@ import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import flag
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import check_settings, reuse_key, reuse_verdict
 
 display = Display()

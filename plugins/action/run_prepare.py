@@ -2,7 +2,7 @@
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Prepare a run on the coordinator without Ansible's module wrapper: ``run_prepare``'s work is one function of
-pure module_utils (``run/prepare.run_prepare``), which ``plugin_utils/node_python`` runs in a plain Python start
+pure module_utils (``launch/prepare.run_prepare``), which ``plugin_utils/node_python`` runs in a plain Python start
 there, on the interpreter, as the user and with the environment the module would get.  It is on the way to every
 launch's first step.  In check mode, without pipelining, with ``async``, or where it gives no result, the module
 runs as usual."""
@@ -13,7 +13,7 @@ __metaclass__ = type
 
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import prepare
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import prepare
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 
 

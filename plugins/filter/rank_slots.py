@@ -42,7 +42,7 @@ _value:
   type: dict
 """
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import slots_from_vars
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import slots_from_vars
 
 
 def rank_slots(hosts, hostvars):

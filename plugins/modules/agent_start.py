@@ -20,7 +20,7 @@ description:
     trip per node - the launch starts that much sooner.
   - Fails when the command cannot start, or when the agent exits within O(settle) seconds (it could not start) -
     C(the agent exited at once with code N) with the last lines of O(log). Always reports C(changed) otherwise.
-  - Its action plugin starts the agent from a Python start of its own on the node (C(run/spawn) of the collection's
+  - Its action plugin starts the agent from a Python start of its own on the node (C(common/spawn) of the collection's
     module_utils), as the task's user and on the module's interpreter, without Ansible's module wrapper; without
     pipelining or with C(async) it runs as the module.
   - C(train.yml) runs it on every node where the launch backend starts an agent over SSH (C(job.launch.ssh_agents)),
@@ -77,7 +77,7 @@ pid:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import AGENT_START_SPEC, agent_start
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.spawn import AGENT_START_SPEC, agent_start
 
 
 def main():

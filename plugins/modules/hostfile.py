@@ -126,7 +126,7 @@ master:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import HostfileError, build, with_slots
 
 
 def main():

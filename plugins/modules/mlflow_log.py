@@ -20,7 +20,7 @@ description:
     steps, the nodes' versions, the DeepSpeed config flattened (C(ds_config.<key>)) and the workdir's content id as
     parameters; the loss, learning rate, step time and throughput per step, and the run's totals (C(run.<name>)) as
     metrics; the run id, the status, the git commit and the problems as tags; C(summary.json) and C(report.md) as
-    artifacts. The logic is C(plugins/module_utils/run/tracking.py).
+    artifacts. The logic is C(plugins/module_utils/common/tracking.py).
   - Idempotent - a run already logged (an MLflow run tagged C(multinode_ds.run_id) with this run's id) is not logged
     again.
   - Reads only regular files of the run's directory, without following a link - a C(ds_config.json),
@@ -121,8 +121,7 @@ import os
 import signal
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files, tracking
 
 BATCH_METRICS = 1000
 BATCH_PARAMS = 100

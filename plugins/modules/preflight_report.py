@@ -27,6 +27,8 @@ options:
     description:
       - What the nodes reported; keys C(job), C(versions), C(probes), C(ssh), C(port), C(gpus),
         C(expected_addresses), C(own_addresses), C(link_gbps), C(tcp_link_gbps), C(bandwidth).
+      - C(job) holds the plan's C(launch), what the job's backend described - its C(ssh_pairs) are the SSH logins
+        checked, its C(ranks_over_ssh) says whether the ranks' memlock limit is the one of an SSH login.
       - Leave it out and give O(job) to have the action plugin gather it.
     type: dict
   settings:

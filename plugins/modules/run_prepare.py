@@ -16,8 +16,8 @@ description:
   - Checks first, writing nothing - the run id is new (its directory has no hostfile yet; one a failed preflight left
     is reused), the user's script exists (with a workdir - C(job.workdir) - that C(<shared_dir>/workspaces) can take
     it, and whether this content is there already - RV(workspace_present), marked whole and hashed again to the
-    marked content; one that changed since is named in a warning, and the write removes it to be copied again), and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data,
-    config and memory.
+    marked content; one that changed since is named in a warning, and the write removes it to be copied again),
+    and the bundled trainer's dry run (C(job.dry_run)) accepts the model, data, config and memory.
   - For the bundled trainer, the run's checkpoint directory must not be held by another live run (its
     C(<checkpoint_dir>.lock) names a run that is not done or aborted and whose controller renewed its lease in the
     last minute, or that was handed to the user, whose heartbeats, metrics or logs changed in the last minute and
@@ -36,7 +36,7 @@ description:
   - One call where C(train.yml) had six tasks; C(job) is M(multinode.deepspeed.job_plan)'s result. C(train.yml) runs
     it on the coordinator (C(run_once), as the run's user) - with O(write=false) when a preflight runs first, then
     again with O(check=false) after the preflight.
-  - Its action plugin runs the work (C(run/prepare) of the collection's module_utils) in a Python start of its own
+  - Its action plugin runs the work (C(launch/prepare) of the collection's module_utils) in a Python start of its own
     on the coordinator, as the task's user and on the module's interpreter, without Ansible's module wrapper (about
     0.1 s less of the coordinator's CPU on the way to the first step); in check mode, without pipelining or with
     C(async) it runs as the module. The results and failures are the same.
@@ -125,7 +125,7 @@ started:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.prepare import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.prepare import (
     ARGUMENT_SPEC, PrepareError, prepare)
 
 

@@ -343,10 +343,10 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files, records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.replacement import (
     bandwidth_check, replacement_verdicts)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import attempts_markdown, plot_timeline
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 

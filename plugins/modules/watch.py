@@ -89,7 +89,7 @@ options:
         names the coordinator), so that the play collects the logs and writes the summary; the run's lease (and
         the dead man's switch, if it still can) stops the run.
       - The agents' lease (their C(--lease-timeout), which the plan passes) is derived from the defaults of this
-        option, O(status_timeout) and O(poll_interval) (C(module_utils/run/watch.lease_timeout)) - the longest the
+        option, O(status_timeout) and O(poll_interval) (C(module_utils/common/lease.lease_timeout)) - the longest the
         watch can go without renewing the lease while it retries, and a margin - so that a coordinator the watch
         still retries is never given up by its agents first. A longer O(status_retry) than the default outlives
         the lease.

@@ -1,20 +1,25 @@
 """The shape of the code: module_utils by stage (the folder listing is the architecture) beside one folder of what
-several stages share, no function past a screen, small launch backends whose names are compared nowhere but in their
-own file."""
+several stages share, imports that follow the stages' order, no function past a screen, small launch backends whose
+names are compared nowhere but in their own file."""
 import ast
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
 UNIT_TESTS = ROOT / "tests" / "unit" / "plugins" / "module_utils"
 BACKENDS = MODULE_UTILS / "launch" / "backends"
-# The stages a run goes through, in order: what the folders of module_utils are named after.
-STAGES = ["provision", "plan", "preflight", "launch", "run", "bench"]
-# Beside the stages: what more than one stage uses (the run directory's files, read and written without a link).
+# The stages a run goes through, in order: what the folders of module_utils are named after.  A stage's code may import
+# its own, any earlier stage's and common/; never a later stage's.
+FLOW = ["provision", "plan", "preflight", "launch", "run"]
+# Beside the flow: the inference benchmark, which imports only common/.
+STAGES = FLOW + ["bench"]
+# Beside the stages: what more than one stage uses (formats, records and rules they share), importing only itself.
 SHARED = ["common"]
+PACKAGE = "ansible_collections.multinode.deepspeed.plugins.module_utils"
 MAX_FUNCTION_LINES = 60
 pytestmark = pytest.mark.quality
 
@@ -58,6 +63,89 @@ def test_module_utils_folders_are_the_stages():
     for stage in STAGES + SHARED:
         assert (MODULE_UTILS / stage / "__init__.py").exists(), stage
         assert list((MODULE_UTILS / stage).glob("*.py")) != [MODULE_UTILS / stage / "__init__.py"], stage
+
+
+def may_import(stage, target):
+    """Whether code of ``stage`` (a folder of module_utils) may import from folder ``target``: its own, common/, and,
+    for a stage of the flow, an earlier stage of the flow; common/ and bench/ import nothing else."""
+    if target == stage or target in SHARED:
+        return True
+    return stage in FLOW and target in FLOW and FLOW.index(target) < FLOW.index(stage)
+
+
+def imported_folders(path, root):
+    """``(line, folder)`` for each import in ``path`` (under the module_utils tree ``root``) of a module_utils module,
+    as Python reads the file: ``import P.x.y``, ``from P.x.y import a``, ``from P import x``, over any number of
+    lines and wherever it is (in a function too), and relative imports (``from ..x import a``)."""
+    package = list(path.relative_to(root).with_suffix("").parts)[:-1]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = package[:len(package) - node.level + 1]
+            names = [".".join([PACKAGE] + base + ([node.module] if node.module else []))]
+            names = names if base or node.module else [PACKAGE + "." + alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module] if node.module != PACKAGE else [PACKAGE + "." + a.name for a in node.names]
+        else:
+            continue
+        out += [(node.lineno, name[len(PACKAGE) + 1:].split(".")[0]) for name in names
+                if name.startswith(PACKAGE + ".")]
+    return out
+
+
+def imports_against_the_flow(root):
+    """``path:line: stage imports folder`` for each import in the module_utils tree ``root`` that ``may_import``
+    refuses."""
+    found = []
+    for path in python_files(root):
+        stage = path.relative_to(root).parts[0]
+        for line, target in imported_folders(path, root):
+            if not may_import(stage, target):
+                found.append("%s:%d: %s imports %s" % (path.relative_to(root), line, stage, target))
+    return found
+
+
+def test_a_backward_import_is_found(tmp_path):
+    """The rule itself, on a planted tree: each form of a backward import is found (a multi-line one, a plain
+    ``import``, a package's module, a relative one, one inside a function), bench/ and common/ importing a stage
+    too; imports of the same stage, an earlier one and common/ are not."""
+    files = {
+        "plan/job.py": "from %s.run.watch import (\n    lease_timeout,\n)\nfrom %s.provision.node import X\n",
+        "preflight/ssh.py": "import %s.launch.backends\nfrom %s.common import flags\n",
+        "provision/node.py": "from %s import plan, common\n",
+        "launch/prepare.py": "def f():\n    from ..run import lock\n    from .lock import take\n",
+        "run/collected.py": "from %s.plan.hostfile import parse\nfrom %s.launch import lock\n",
+        "bench/core.py": "from %s.common.files import read_text\nfrom %s.run.summary import x\n",
+        "common/files.py": "from %s.common import lease\nfrom %s.plan import job\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text.replace("%s", PACKAGE))
+    assert sorted(imports_against_the_flow(tmp_path)) == [
+        "bench/core.py:2: bench imports run", "common/files.py:2: common imports plan",
+        "launch/prepare.py:2: launch imports run", "plan/job.py:1: plan imports run",
+        "preflight/ssh.py:1: preflight imports launch", "provision/node.py:1: provision imports plan"]
+
+
+def test_stages_import_only_earlier_stages_and_common():
+    found = imports_against_the_flow(MODULE_UTILS)
+    assert not found, ("imports against the stages' order (%s; each may use common/; bench/ and common/ use only "
+                       "common/): move what two stages share to common/, or have the plugin that composes the stages "
+                       "pass it in:\n%s" % (" -> ".join(FLOW), "\n".join(found)))
+
+
+def test_the_files_the_nodes_get_alone_import_no_collection_module():
+    """Role stack copies a few module_utils files into the node package on their own (bench/core.py as benchcore.py,
+    plan/dsconfig.py as dsconfigcore.py): a collection import there would fail on the nodes, whatever the stages'
+    order allows."""
+    tasks = yaml.safe_load((ROOT / "roles" / "stack" / "tasks" / "trainer.yml").read_text())
+    copies = [task for task in tasks if "/plugins/module_utils/" in str((task.get("ansible.builtin.copy") or {}).get("src"))]
+    shipped = [item["src"] for task in copies for item in task.get("loop") or []]
+    assert "bench/core.py" in shipped and "plan/dsconfig.py" in shipped
+    for name in shipped:
+        assert imported_folders(MODULE_UTILS / name, MODULE_UTILS) == [], name
 
 
 def test_unit_tests_mirror_the_stages():

@@ -9,7 +9,7 @@ def _records_away_from_this_machine(tmp_path_factory):
     directory instead."""
     # pylint: disable=import-outside-toplevel
     from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node_read
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
     patch = pytest.MonkeyPatch()
     shared = str(tmp_path_factory.mktemp("shared-dir"))
     patch.setattr(records, "SHARED_DIR", shared)

@@ -34,7 +34,7 @@ import os
 import re
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import lease_timeout
 
 # A run whose controller's lease is younger than this still runs: the age at which its agents give it up (the
 # watch's retry window and a margin), so that a run whose controller is retrying an unreachable coordinator keeps

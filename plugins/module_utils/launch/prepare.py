@@ -18,10 +18,10 @@ import os
 import tempfile
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.spawn import run, start_detached
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run, start_detached
 
 
 # The module's argument spec (its action plugin checks a task's arguments against the same one).
@@ -40,7 +40,7 @@ class PrepareError(Exception):
 
 
 def lock_holder(job):
-    """The live run that holds the job's checkpoint directory, or None (module_utils/run/lock.py)."""
+    """The live run that holds the job's checkpoint directory, or None (module_utils/launch/lock.py)."""
     path = job.get("checkpoint_lock")
     return lock.holder(path, job["run_id"]) if path else None
 

@@ -23,19 +23,16 @@ import json
 import re
 import shlex
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import tracking
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import HostfileError, build, with_slots
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.secret_names import secret_name
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsops, workdir
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import HostfileError, build, with_slots
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import MASTER_PORT
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.recovery import accumulation
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
 # The one place for the collection's default paths and settings (what the roles install).
 DEFAULTS = {
     "model": "llama-tiny",
     "steps": 30,
-    "backend": backends.DEFAULT,
     "master_port": MASTER_PORT,
     "timeout": 3600,
     "startup_timeout": 300,
@@ -62,9 +59,6 @@ RESERVED_ENV = re.compile(r"MULTINODE_DS_.*|RANK|LOCAL_RANK|WORLD_SIZE|LOCAL_SIZ
                           r"MASTER_ADDR|MASTER_PORT")
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-flag = backends.flag
 
 
 class JobError(ValueError):
@@ -205,6 +199,14 @@ def secret_settings(job, settings, run_id, problems):
     job["secret_file"] = "%s/secrets/runs/%s.json" % (job["home"], run_id)
 
 
+def accumulation(global_batch, micro_batch, world_size):
+    """The gradient accumulation that keeps ``global_batch`` at ``world_size`` ranks of ``micro_batch``:
+    ``(steps, exact)``; when it does not divide, the nearest count that does not exceed it (at least 1)."""
+    per_step = micro_batch * world_size
+    steps = max(1, global_batch // per_step)
+    return steps, steps * per_step == global_batch
+
+
 def batch(job):
     """How the bundled trainer keeps the run's global batch on fewer ranks than its first attempt had: ``{"grad_accum",
     "exact", "global_world"}`` (gradient accumulation over the missing ranks' micro-batches; not exact when the world
@@ -343,11 +345,14 @@ def stall_timeout(settings, timeout, problems):
     return value
 
 
-def launch_backend(settings, problems):
-    """The launch backend the job names (or the default) and its options, checked; ``(None, {})`` when it is not
-    one."""
+def launch_backend(settings, backends, problems):
+    """The launch backend the job names (or the registry's default) and its options, checked; ``(None, {})`` when it
+    is not one.  ``backends``: the launch backends' registry (module_utils/launch/backends: ``get``, ``DEFAULT``,
+    ``BackendError``), passed in by what composes the stages (the job_plan action): the plan stage comes before the
+    launch stage and imports none of it.  The job's backend reads and checks its own options here, and describes its
+    launch at the plan's end (``job["launch"]``), which preflight, the launch and the watch read from the plan."""
     try:
-        backend = backends.get(settings.get("backend") or DEFAULTS["backend"])
+        backend = backends.get(settings.get("backend") or backends.DEFAULT)
     except backends.BackendError as exc:
         problems.append(str(exc))
         return None, {}
@@ -595,7 +600,7 @@ def rank_memory_gib(workers, rank_hosts, slots):
     return (min(memory) / 1024.0 / max(slots.values())) if all(memory) else None
 
 
-def plan(settings, workers, coordinators, now):
+def plan(settings, workers, coordinators, now, backends):
     """The whole job, or JobError.
 
     ``settings``: the -e values and inventory settings (keys of DEFAULTS, plus ``run_id``, ``hosts``,
@@ -603,14 +608,13 @@ def plan(settings, workers, coordinators, now):
     ``deepspeed_rank_env``, ``hf_token_set``).  ``workers``: inventory name -> ``{"slots" (or None),
     "accelerator" (deepspeed_accelerator, or None), "gpus", "address", "memtotal_mb", "interface",
     "env"}`` in inventory order.  ``coordinators``: inventory names.  ``now``: a datetime (UTC) for
-    the default run id.
-    """
+    the default run id.  ``backends``: the launch backends' registry (``launch_backend``)."""
     problems = []
     job = directories(settings, problems)
     run_settings(job, settings, problems)
     recovery_settings(job, settings, problems)
     job["startup_timeout"], job["queue_timeout"] = start_timeouts(settings, job["timeout"], problems)
-    backend, backend_options = launch_backend(settings, problems)
+    backend, backend_options = launch_backend(settings, backends, problems)
     run_id = run_id_for(settings, job["model"], now, problems)
     secret_settings(job, settings, run_id, problems)
     user = user_env(settings, problems)

@@ -7,7 +7,7 @@
 changes: the workdir (``workdir``, ``workdir_exclude``, ``workdir_max_mb``, ``workdir_include_secrets``,
 ``workdir_allow_private``: plan/workdir.py), the config
 (``ds_config``, or ``--deepspeed_config`` in ``args``: plan/dsconfig.py; a JSON object, each key once), the trackers
-(``tracking``) and the MLflow store (``mlflow_tracking_uri``: run/tracking.py).  It returns ``(inputs, problems)``;
+(``tracking``) and the MLflow store (``mlflow_tracking_uri``: common/tracking.py).  It returns ``(inputs, problems)``;
 ``plan/job.plan`` turns ``inputs`` into the job (where the workdir goes on the cluster, the config file the ranks
 read, the monitor sections, the environment).
 
@@ -21,10 +21,10 @@ __metaclass__ = type
 import json
 import os
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import tracking
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.secret_names import secret_name
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import dsconfig, workdir
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import FALSE_WORDS, TRUE_WORDS
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import tracking
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import secret_name
 
 MAX_MB = 512
 # A user's DeepSpeed config is a small JSON file: a bigger one is surely another file.

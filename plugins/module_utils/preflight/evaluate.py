@@ -21,7 +21,7 @@ __metaclass__ = type
 import hashlib
 import json
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import flag
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import (
     DEFAULT_FRACTIONS, bandwidth_test, bandwidth_verdict, fabric_advice, format_bandwidth_table, job_link_gbps, judge_bandwidth)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.clock import clock_verdicts
@@ -147,7 +147,8 @@ def _answered(result):
 
 
 def job_layout(data):
-    """Who is who in the job, as the checks read it: backend, accelerator, the NCCL profile judged and the collective
+    """Who is who in the job, as the checks read it: backend and its launch (the plan's ``launch``: the SSH logins
+    it needs, whether ranks start over SSH), accelerator, the NCCL profile judged and the collective
     (CPU ranks talk gloo over TCP whatever RDMA the nodes have: judged as tcp, with no memlock need), coordinators,
     rank nodes (``slots``: host -> ranks), every node (coordinators first), and the probes and the SSH results that
     answered (SSH as node_probe registered it, host -> result with "ssh", or host -> target -> result)."""
@@ -156,7 +157,7 @@ def job_layout(data):
     coords = list(job.get("coordinators") or [])
     slots = dict(job["rank_hosts"])
     ranks = list(slots)
-    return {"job": job, "backend": backend, "accelerator": accel,
+    return {"job": job, "backend": backend, "launch": job["launch"], "accelerator": accel,
             "profile": (job.get("profile") or "tcp") if accel == "cuda" else "tcp",
             "collective": "nccl" if accel == "cuda" else "gloo",
             "coordinators": coords, "slots": slots, "ranks": ranks, "nodes": coords + [h for h in ranks if h not in coords],
@@ -176,7 +177,8 @@ def node_verdicts(data, layout, cfg):
     paths = {"shared": job["shared_dir"], "local": job["local_dir"]}
     out += disk_verdicts(dict((h, probes[h]) for h in nodes if h in probes), paths,
                          {"shared": cfg["min_free_gib_shared"], "local": cfg["min_free_gib_local"]})
-    out += memlock_verdicts(rank_memlock(layout["backend"], layout["coordinators"], layout["ranks"], probes, layout["ssh"]),
+    out += memlock_verdicts(rank_memlock(layout["launch"]["ranks_over_ssh"], layout["coordinators"], layout["ranks"],
+                                         probes, layout["ssh"]),
                             layout["profile"], cfg.get("min_memlock_kib"))
     out += accelerator_verdicts(layout["slots"], data.get("gpus") or {}, layout["accelerator"])
     return out
@@ -230,7 +232,7 @@ def evaluate(data, settings=None):
     layout = job_layout(data)
     job, coords, ranks = layout["job"], layout["coordinators"], layout["ranks"]
     verdicts = version_verdicts(data.get("versions") or {}, ranks, coords)
-    required = ssh_required_pairs(layout["backend"], coords, ranks)
+    required = ssh_required_pairs(layout["launch"])
     verdicts += ssh_verdicts(layout["ssh"], required, layout["backend"])
     port = normalize_port(data["port"]) if data.get("port") else {}
     if port:

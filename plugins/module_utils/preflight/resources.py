@@ -12,7 +12,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import FAIL, PASS, RDMA_PROFILES, SKIP, verdict
 
 # A memlock limit of "unlimited", in the KiB the probe and ``ulimit -l`` give.
@@ -83,14 +82,14 @@ def _ulimit_kib(text):
         return None
 
 
-def rank_memlock(backend, coordinators, rank_hosts, probes, ssh):
-    """The memlock limit (KiB) each rank node's ranks get: through an SSH login where the backend starts
-    ranks over SSH (pdsh; read by ``ulimit -l`` over the coordinator's connection), else through
-    Ansible's session (ssh-free)."""
+def rank_memlock(over_ssh, coordinators, rank_hosts, probes, ssh):
+    """The memlock limit (KiB) each rank node's ranks get: through an SSH login where the job's backend starts
+    ranks over SSH (``over_ssh``: the plan's ``launch["ranks_over_ssh"]``; pdsh: read by ``ulimit -l`` over the
+    coordinator's connection), else through Ansible's session (ssh-free)."""
     out = {}
     for host in rank_hosts:
         kib = None
-        if backends.get(backend).ranks_over_ssh and coordinators:
+        if over_ssh and coordinators:
             res = (ssh.get(coordinators[0]) or {}).get(host) or {}
             if int(res.get("rc", 1)) == 0:
                 kib = _ulimit_kib(res.get("stdout"))

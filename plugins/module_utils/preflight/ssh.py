@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Preflight: can the nodes log in to each other where the launch backend needs it?
 
-The (source, target) pairs come from the backend (pdsh: the coordinator reaches every node of the
-job and every node itself; ssh-free: none); each failed ``ssh -o BatchMode=yes`` is named with its
+The (source, target) pairs are the plan's (its ``launch``, which the job's backend described: pdsh: the
+coordinator reaches every node of the job and every node itself; ssh-free: none); each failed ``ssh -o BatchMode=yes`` is named with its
 likely cause and fix from OpenSSH's own message.  Also the from/to matrix of the report.
 Pure functions, no Ansible import.
 """
@@ -13,15 +13,14 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import FAIL, PASS, SKIP, verdict
 
 
-def ssh_required_pairs(backend, coordinators, rank_hosts):
-    """The (source, target) SSH connections a launch backend needs (its ``ssh_pairs``: for pdsh the
-    coordinator reaches every node of the job and every node itself; ssh-free needs none)."""
-    return [tuple(p) for p in backends.get(backend).ssh_pairs(
-        {"coordinators": list(coordinators), "rank_hosts": list(rank_hosts)})]
+def ssh_required_pairs(launch):
+    """The (source, target) SSH connections the job's launch needs: the plan's ``launch["ssh_pairs"]``, what its
+    backend answered (for pdsh the coordinator reaches every node of the job and every node itself; ssh-free needs
+    none)."""
+    return [tuple(p) for p in launch["ssh_pairs"]]
 
 
 def ssh_fix(src, dst, stderr, rc):

@@ -18,7 +18,7 @@ import os
 import re
 import socket
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.tracking import MONITOR_PACKAGES
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.tracking import MONITOR_PACKAGES
 
 # The rendezvous port a job's master listens on unless -e master_port says otherwise (node_facts checks it).
 MASTER_PORT = 29500

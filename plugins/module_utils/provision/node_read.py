@@ -17,12 +17,12 @@ import json
 import os
 import pwd
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.records import SHARED_DIR, read_all
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.spawn import run
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.accelerator import read_accelerators
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.fabric import parse_ip_addr_json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import (
     MASTER_PORT, default_interface, meminfo_total_mb, parse_env, port_state, read_versions, tracker_packages)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.records import SHARED_DIR, read_all
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.spawn import run
 
 # The module's argument spec (the action plugin checks a task's arguments against the same one).
 ARGUMENT_SPEC = dict(
@@ -34,7 +34,7 @@ ARGUMENT_SPEC = dict(
     user=dict(type="str"),
     record=dict(type="path"),
     port=dict(type="str", default=str(MASTER_PORT)),
-    # The coordinator: the cluster's quarantine and spares records (run/records.py).
+    # The coordinator: the cluster's quarantine and spares records (common/records.py).
     records=dict(type="bool", default=False),
     shared_dir=dict(type="path", default=SHARED_DIR),
     quarantine_file=dict(type="path"),

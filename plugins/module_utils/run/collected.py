@@ -22,9 +22,9 @@ import re
 import time
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import build, parse
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
     abort_host_first, diagnose, first_failure)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import build, parse
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_paths, plot_series
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
     blame, hosts_by_log, launcher_exit, lost_nodes, node_report, rank_environment, rank_log_index, read_jsonl,

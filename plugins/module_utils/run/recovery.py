@@ -17,8 +17,8 @@ import os
 import re
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.lock import guarded, write_whole
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.lock import guarded, write_whole
 
 # What ended an attempt.  The first five may be retried; the others never are.
 LOST, STALLED, KILLED, ERROR, LAUNCHER = "lost", "stalled", "killed", "error", "launcher"
@@ -184,14 +184,6 @@ def next_nodes(nodes, failed, back, spares, quarantined, min_nodes=None):
     return {"nodes": out, "replaced": replaced, "dropped": dropped}
 
 
-def accumulation(global_batch, micro_batch, world_size):
-    """The gradient accumulation that keeps ``global_batch`` at ``world_size`` ranks of ``micro_batch``:
-    ``(steps, exact)``; when it does not divide, the nearest count that does not exceed it (at least 1)."""
-    per_step = micro_batch * world_size
-    steps = max(1, global_batch // per_step)
-    return steps, steps * per_step == global_batch
-
-
 # The endings that are a node's fault (an exception of the script's, or a rank the OOM killer chose, is not).
 NODE_FAULTS = (LOST, STALLED, LAUNCHER)
 
@@ -216,14 +208,14 @@ def to_quarantine(attempts):
     return out
 
 
-# A record that cannot be read as one (run/records.py): its message names the file and the fix.
+# A record that cannot be read as one (common/records.py): its message names the file and the fix.
 RecordError = records.RecordError
 RECORDS = records.RECORDS
 
 
 def read_record(path, key):
     """The entries under ``key`` of the record file at ``path`` (``{}`` when there is none), read without following
-    a link (run/records.py).  A file that is a link, empty, not JSON, not a JSON object, or whose ``key`` is not an
+    a link (common/records.py).  A file that is a link, empty, not JSON, not a JSON object, or whose ``key`` is not an
     object is an error naming the file and the fix - never taken as empty (that would let every quarantined node or
     held spare out)."""
     return records.read(os.path.expanduser(path) if path else path, key)

@@ -20,7 +20,7 @@ import re
 import socket
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import pack
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (

@@ -13,6 +13,8 @@ __metaclass__ = type
 import json
 import os
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.secret_names import mask_env
+
 
 def read_jsonl(text):
     """Records of a JSON-lines text; a torn last line (a rank killed mid-write) is skipped."""
@@ -271,17 +273,3 @@ def rank_environment(text):
             key, value = line.split("=", 1)
             env[key] = value
     return mask_env(env)
-
-
-SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY")
-
-
-def secret_name(key):
-    """Does the variable's name say it holds a secret (a path to one, ``*_PATH``/``*_FILE``, does not)?"""
-    upper = str(key).upper()
-    return any(w in upper for w in SECRET_WORDS) and not upper.endswith(("_PATH", "_FILE"))
-
-
-def mask_env(env):
-    """The environment with the values of secret-looking variables replaced (paths to secrets are kept)."""
-    return dict((key, "********" if secret_name(key) else value) for key, value in env.items())

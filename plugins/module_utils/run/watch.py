@@ -14,34 +14,13 @@ __metaclass__ = type
 
 import signal
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import (
+    POLL_INTERVAL, STATUS_RETRY, STATUS_TIMEOUT, lease_timeout)
+
 RUNNING = "running"
 SUCCESS = "success"
 FAILED = "failed"
 STOPPING = "stopping"
-
-# The watch's defaults (``watch_options``; module watch documents them) that the agents' lease is derived from.
-POLL_INTERVAL = 2.0
-STATUS_RETRY = 60.0
-STATUS_TIMEOUT = 30.0
-# How much longer than the watch can go without renewing the lease the agents wait before they count it stale
-# (a slow start of the module, an NFS client that caches the lease's time stamp for a few seconds).
-LEASE_MARGIN = 15.0
-
-
-def renewal_gap(status_retry=STATUS_RETRY, status_timeout=STATUS_TIMEOUT, poll_interval=POLL_INTERVAL):
-    """The longest the controller's lease can go unrenewed while the watch still tries to reach the coordinator:
-    each status call renews it as it starts; the call after a renewal waits up to ``poll_interval`` and may fail
-    only after ``status_timeout``; failed calls are tried again for ``status_retry`` seconds (StatusRetry), and the
-    last try may itself take ``status_timeout`` before it renews the lease."""
-    return float(poll_interval) + 2 * float(status_timeout) + float(status_retry)
-
-
-def lease_timeout(status_retry=STATUS_RETRY, status_timeout=STATUS_TIMEOUT, poll_interval=POLL_INTERVAL):
-    """The age at which the agents count the controller's lease stale (their ``--lease-timeout``, which the plan
-    passes): the watch's retry window (``renewal_gap``) and a margin, so that a coordinator the watch still retries
-    is never given up by its agents first."""
-    return renewal_gap(status_retry, status_timeout, poll_interval) + LEASE_MARGIN
-
 
 # ssh's keep-alive period for the watch's dead man's switch (seconds).
 SWITCH_ALIVE_INTERVAL = 15

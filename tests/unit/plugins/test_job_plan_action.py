@@ -2,7 +2,8 @@
 from unittest.mock import MagicMock
 
 from ansible_collections.multinode.deepspeed.plugins.action.job_plan import ActionModule, worker_facts
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 from tests.unit.plugins.action_task import action_plugin
 
 CPU = {"ansible_host": "10.89.0.11", "deepspeed_slots": 1, "multinode_accelerators": {"count": 0},

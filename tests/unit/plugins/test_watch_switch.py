@@ -59,7 +59,7 @@ def test_the_switch_has_a_connection_of_its_own(tmp_path, fake_ssh, monkeypatch)
     # ServerAliveCountMax=3 x 15 s dropped it in a 45 s outage, and its remote end aborted the run).
     interval, count = argv[at + 6], argv[at + 8]
     assert interval == b"ServerAliveInterval=15" and count.startswith(b"ServerAliveCountMax=")
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import lease_timeout
     assert 15 * int(count.split(b"=")[1]) > lease_timeout()
 
 

@@ -30,18 +30,11 @@ import json
 import shlex
 from collections import OrderedDict
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import lease_timeout
 
 
 class BackendError(ValueError):
     """An unknown backend; the message lists the known ones."""
-
-
-def flag(value):
-    """An inventory or -e boolean as Ansible reads it (its BOOLEANS_FALSE): false, no, off, n, f, 0 are false."""
-    if isinstance(value, str):
-        return value.strip().lower() not in ("false", "no", "off", "n", "f", "0", "0.0", "")
-    return bool(value)
 
 
 class Part(object):
@@ -251,7 +244,7 @@ class Stop(Part):
     def agent_argv(self, job, node, launch):
         """The node's agent (multinode_ds.agent): it starts ``launch`` (the launcher's argv, or none: it
         only watches), beats, and stops the run's processes on abort or a stale lease (``--lease-timeout``: longer
-        than the watch goes without renewing it while it still retries, ``run/watch.lease_timeout``)."""
+        than the watch goes without renewing it while it still retries, ``common/lease.lease_timeout``)."""
         argv = [job["venv"] + "/bin/python", "-m", "multinode_ds.agent", "--run-dir", job["run_dir"],
                 "--run-id", job["run_id"], "--host", node, "--max-time", str(job["timeout"]),
                 "--lease-timeout", "%g" % lease_timeout(), "--leftover-grace", "%g" % self.leftover_grace]

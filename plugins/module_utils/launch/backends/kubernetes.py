@@ -26,6 +26,7 @@ import json
 import os
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
 
@@ -50,7 +51,7 @@ class Options(backends.Options):
                      settings.get(k) if settings.get(k) is not None else v)
                     for k, v in self.defaults.items())
         for key in ("host_network", "apply", "keep", "image_check", "image_registry_insecure"):
-            opts[key] = backends.flag(opts[key])
+            opts[key] = flag(opts[key])
         opts["image_default"] = not opts["image"]
         # Unset: the pods run as the run's account (its uid on the coordinator), which owns the run directory;
         # with every capability dropped, root in a pod could not write there.

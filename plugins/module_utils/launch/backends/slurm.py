@@ -20,6 +20,7 @@ __metaclass__ = type
 import json
 import shlex
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
 
@@ -67,7 +68,7 @@ class Options(backends.Options):
                     ", and use " + RESERVED[option]))
         opts["sbatch_args"] = [str(a) for a in extra or []]
         for key in ("submit", "exclusive"):
-            opts[key] = backends.flag(opts[key])
+            opts[key] = flag(opts[key])
         return opts
 
     def check(self, job):

@@ -28,7 +28,9 @@ def data():
         "job": {"run_id": "preflight-1", "backend": "pdsh", "accelerator": "cpu", "profile": "tcp",
                 "coordinators": ["coord"], "rank_hosts": {"worker1": 1, "worker2": 1}, "world_size": 2,
                 "master": "worker1", "master_addr": "10.89.0.3", "master_port": 29500,
-                "shared_dir": "/srv/md", "local_dir": "/opt/md"},
+                "shared_dir": "/srv/md", "local_dir": "/opt/md",
+                # The plan's launch as pdsh describes it: the coordinator logs in to every node, ranks start over SSH.
+                "launch": {"ssh_pairs": [["coord", n] for n in NODES], "ranks_over_ssh": True}},
         "versions": dict((h, dict(STACK)) for h in NODES),
         "probes": probe,
         "ssh": {"coord": {"changed": False, "ssh": dict((t, dict(ok)) for t in NODES)},

@@ -5,7 +5,7 @@ import shutil
 import sys
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import prepare
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import prepare
 from ansible_collections.multinode.deepspeed.plugins.modules import run_prepare
 
 ENV = {"PYTHONUNBUFFERED": "1", "DS_ACCELERATOR": "cpu", "MULTINODE_DS_RUN_ID": "r1", "A_FIRST": "x=y",
@@ -165,7 +165,7 @@ def test_a_lock_whose_run_ended_or_went_silent_is_taken_over(tmp_path, run_modul
     run_module(run_prepare, {"job": first})
     lease = os.path.join(first["run_dir"], "control", "lease")
     # Older than the agents' lease timeout (the watch's retry window and a margin): its controller is gone.
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock as _lock
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock as _lock
     old = os.path.getmtime(lease) - _lock.LEASE_ALIVE - 5
     os.utime(lease, (old, old))
     second = lock_job(tmp_path, "run-b")

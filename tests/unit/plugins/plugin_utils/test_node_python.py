@@ -54,9 +54,9 @@ def test_a_job_variable_file_that_cannot_be_read_is_a_failure_naming_it(tmp_path
 
 def test_the_sources_are_the_function_module_and_what_it_imports():
     found = node_python.sources(node_read.__name__)
-    assert sorted(found) == [UTILS + m for m in ("provision.accelerator", "provision.fabric", "provision.node",
-                                                 "provision.node_read", "run.records", "run.spawn",
-                                                 "run.tracking")]
+    assert sorted(found) == [UTILS + m for m in ("common.records", "common.spawn", "common.tracking",
+                                                 "provision.accelerator", "provision.fabric", "provision.node",
+                                                 "provision.node_read")]
     assert all("from ansible." not in text and "import ansible." not in text for text in found.values())
 
 
@@ -81,9 +81,9 @@ def test_parameters_reach_the_node_as_data_not_code(tmp_path):
 
 
 def test_a_module_imported_from_its_package_is_sent_too():
-    """``from ...run import lock`` names a module of package ``run``: it goes with the script."""
-    text = ("from %srun import lock\nfrom %srun.bundle import (\n    pack,  # packs\n    unpack)\n"
+    """``from ...launch import lock`` names a module of package ``launch``: it goes with the script."""
+    text = ("from %slaunch import lock\nfrom %srun.bundle import (\n    pack,  # packs\n    unpack)\n"
             "import %splan.job\n" % (UTILS, UTILS, UTILS))
-    assert node_python.imported(text) == [UTILS + "run", UTILS + "run.lock", UTILS + "run.bundle", UTILS + "plan.job"]
+    assert node_python.imported(text) == [UTILS + "launch", UTILS + "launch.lock", UTILS + "run.bundle", UTILS + "plan.job"]
     from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
-    assert UTILS + "run.lock" in node_python.sources(status.__name__)
+    assert UTILS + "launch.lock" in node_python.sources(status.__name__)

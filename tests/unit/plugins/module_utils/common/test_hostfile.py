@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import (
     HostfileError, build, parse, with_slots)
 
 
@@ -76,7 +76,7 @@ def test_deepspeed_reads_our_hostfile(tmp_path):
 
 
 def test_slots_from_vars_prefers_the_inventory_then_gpus_and_leaves_cpu_nodes_out():
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.hostfile import slots_from_vars
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import slots_from_vars
     hv = {
         "gpu8": {"deepspeed_gpu_count": "8"},
         "pinned": {"deepspeed_gpu_count": 8, "deepspeed_slots": 4},

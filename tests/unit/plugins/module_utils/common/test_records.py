@@ -4,8 +4,9 @@ the file and the fix, a link (to the file or to its directory), a FIFO or a reco
 import json
 import os
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node_read
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import records, recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 from tests.unit.plugins.plugin_utils.test_node_python import params, run_isolated
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.tracking import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.tracking import (
     controller_env, flatten, mlflow_payload, monitor_section, parse, validate_mlflow_uri)
 
 RUN_DIR = "/srv/multinode-deepspeed/runs/20261123-170005-000-llama-tiny"

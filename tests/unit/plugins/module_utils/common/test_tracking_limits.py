@@ -2,7 +2,7 @@
 controller's MLflow credentials never go to another host over plain http."""
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.tracking import (
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.tracking import (
     ALLOW_HTTP_ENV, credentials_in_clear, deadline_message, request_limits, validate_mlflow_uri)
 
 

@@ -13,7 +13,7 @@ import pytest
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import pdsh
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.node import launcher_env
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import lease_timeout
 
 JOB = {"coordinators": ["c1"], "rank_hosts": ["a", "b"], "venv": "/v", "run_dir": "/r/1", "run_id": "r",
        "timeout": 60, "master_addr": "10.0.0.1", "master_port": 29500, "slots": {"a": 1, "b": 2}}
@@ -30,7 +30,7 @@ def launch_py(node_rank):
 
 AGENT = ["/v/bin/python", "-m", "multinode_ds.agent", "--run-dir", "/r/1", "--run-id", "r", "--host"]
 # What every agent gets from the plan beside its node: the run's timeout, the lease the watch's retry window derives
-# (run/watch.lease_timeout) and the grace of what the run leaves running.
+# (common/lease.lease_timeout) and the grace of what the run leaves running.
 PLAN = ["--max-time", "60", "--lease-timeout", "%g" % lease_timeout(), "--leftover-grace", "5"]
 
 

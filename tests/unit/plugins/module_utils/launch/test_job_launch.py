@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import lease_timeout
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import lease_timeout
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
 VENV = "/opt/multinode-deepspeed/venv"
@@ -34,7 +34,7 @@ def value_of(argv, opt):
 # --------------------------------------------------------------------------- allreduce
 
 def test_allreduce_argv_for_cpu_ranks():
-    job = plan({}, cpu_workers(), ["coord"], NOW)
+    job = plan({}, cpu_workers(), ["coord"], NOW, backends)
     assert set(job["allreduce"]) == {"worker1", "worker2"}
     assert job["allreduce"]["worker2"] == [
         PY, "-m", "multinode_ds.allreduce_perf", "--master-addr", "10.89.0.11", "--master-port", "29500",
@@ -43,7 +43,7 @@ def test_allreduce_argv_for_cpu_ranks():
 
 
 def test_allreduce_argv_for_gpu_ranks_follows_the_layout():
-    job = plan({"master_port": "29611", "venv": "/venvs/ds"}, gpu_workers(), ["coord"], NOW)
+    job = plan({"master_port": "29611", "venv": "/venvs/ds"}, gpu_workers(), ["coord"], NOW, backends)
     assert job["accelerator"] == "cuda" and job["world_size"] == 6
     for host, first, nproc in (("worker1", "0", "2"), ("worker2", "2", "4")):
         argv = job["allreduce"][host]
@@ -56,7 +56,7 @@ def test_allreduce_argv_for_gpu_ranks_follows_the_layout():
 
 def test_allreduce_argv_only_for_the_included_hosts():
     workers = dict(cpu_workers(), worker3=worker("10.89.0.13"))
-    job = plan({"exclude": "worker1"}, workers, ["coord"], NOW)
+    job = plan({"exclude": "worker1"}, workers, ["coord"], NOW, backends)
     assert sorted(job["allreduce"]) == ["worker2", "worker3"]
     assert value_of(job["allreduce"]["worker3"], "--master-addr") == "10.89.0.12"
     assert value_of(job["allreduce"]["worker3"], "--first-rank") == "1"
@@ -65,14 +65,14 @@ def test_allreduce_argv_only_for_the_included_hosts():
 # --------------------------------------------------------------------------- dry run
 
 def test_dry_run_is_none_for_a_user_entrypoint():
-    job = plan({"entrypoint": "/shared/user/train.py"}, cpu_workers(), ["coord"], NOW)
+    job = plan({"entrypoint": "/shared/user/train.py"}, cpu_workers(), ["coord"], NOW, backends)
     assert job["metrics"] is False and job["dry_run"] is None
 
 
 def test_dry_run_of_the_bundled_trainer():
     job = plan({"steps": 7, "args": "--print-every 2",
                 "user_inputs": {"ds_config": {"zero_optimization": {"stage": 1}}, "ds_config_source": "/ctl/ds.json"}},
-               cpu_workers(mem=8192), ["coord"], NOW)
+               cpu_workers(mem=8192), ["coord"], NOW, backends)
     argv = job["dry_run"]
     assert argv[:6] == [PY, "-m", "multinode_ds.train", "--dry-run", "--world-size", "2"]
     assert float(value_of(argv, "--memory-gib")) == 8.0
@@ -91,7 +91,7 @@ def test_dry_run_of_the_bundled_trainer():
 def test_dry_run_memory_is_the_smallest_node_over_the_most_slots():
     workers = {"worker1": worker("10.89.0.11", slots=2, mem=16384), "worker2": worker("10.89.0.12", slots=1,
                                                                                       mem=8192)}
-    job = plan({}, workers, ["coord"], NOW)
+    job = plan({}, workers, ["coord"], NOW, backends)
     assert job["world_size"] == 3 and value_of(job["dry_run"], "--world-size") == "3"
     assert float(value_of(job["dry_run"], "--memory-gib")) == 4.0
 
@@ -99,7 +99,7 @@ def test_dry_run_memory_is_the_smallest_node_over_the_most_slots():
 @pytest.mark.parametrize("mem", [None, 0])
 def test_dry_run_without_a_workers_memory_has_no_memory_bound(mem):
     workers = {"worker1": worker("10.89.0.11"), "worker2": worker("10.89.0.12", mem=mem)}
-    job = plan({}, workers, ["coord"], NOW)
+    job = plan({}, workers, ["coord"], NOW, backends)
     assert job["rank_memory_gib"] is None
     assert job["dry_run"][:6] == [PY, "-m", "multinode_ds.train", "--dry-run", "--world-size", "2"]
     assert "--memory-gib" not in job["dry_run"] and job["dry_run"][6:] == job["program"][2:]
@@ -108,7 +108,7 @@ def test_dry_run_without_a_workers_memory_has_no_memory_bound(mem):
 # --------------------------------------------------------------------------- launch: agents and SSH
 
 def test_pdsh_agent_argv_for_the_launcher_and_the_watchers():
-    job = plan({"timeout": 900}, cpu_workers(), ["coord"], NOW)
+    job = plan({"timeout": 900}, cpu_workers(), ["coord"], NOW, backends)
     launch = job["launch"]
     assert sorted(launch["agent_argv"]) == sorted(launch["agents"]) == ["coord", "worker1", "worker2"]
     head = [PY, "-m", "multinode_ds.agent", "--run-dir", job["run_dir"]]
@@ -126,7 +126,7 @@ def test_pdsh_agent_argv_for_the_launcher_and_the_watchers():
 
 
 def test_ssh_free_agent_argv_all_launch():
-    job = plan({"backend": "ssh-free"}, cpu_workers(), ["coord"], NOW)
+    job = plan({"backend": "ssh-free"}, cpu_workers(), ["coord"], NOW, backends)
     launch = job["launch"]
     assert sorted(launch["agent_argv"]) == ["worker1", "worker2"]
     for host in ("worker1", "worker2"):
@@ -139,19 +139,19 @@ def test_ssh_free_agent_argv_all_launch():
 
 
 def test_pdsh_ssh_targets():
-    job = plan({}, cpu_workers(), ["coord"], NOW)
+    job = plan({}, cpu_workers(), ["coord"], NOW, backends)
     # Only the coordinator logs in (issue 26): a rank node holds no key and reaches no node over SSH.
     assert job["launch"]["ssh_targets"] == {"coord": ["coord", "worker1", "worker2"]}
 
 
 def test_pdsh_ssh_targets_with_the_coordinator_a_worker_too():
-    job = plan({}, cpu_workers(), ["worker1"], NOW)
+    job = plan({}, cpu_workers(), ["worker1"], NOW, backends)
     assert job["launch"]["ssh_targets"] == {"worker1": ["worker1", "worker2"]}
     assert job["launch"]["agents"] == ["worker1", "worker2"]
 
 
 def test_ssh_free_has_no_ssh_targets():
-    job = plan({"backend": "ssh-free"}, cpu_workers(), ["coord"], NOW)
+    job = plan({"backend": "ssh-free"}, cpu_workers(), ["coord"], NOW, backends)
     assert job["launch"]["ssh_targets"] == {} and job["launch"]["ssh_pairs"] == []
 
 
@@ -166,7 +166,7 @@ def test_ssh_targets_of_the_backend_directly():
 def test_a_silent_rank_host_stops_the_plan():
     workers = {"worker1": worker("10.89.0.11", answered=True), "worker2": worker("10.89.0.12", answered=False)}
     with pytest.raises(JobError) as err:
-        plan({}, workers, ["coord"], NOW)
+        plan({}, workers, ["coord"], NOW, backends)
     msg = str(err.value)
     assert msg.startswith("worker2 did not answer")
     assert "-e exclude=worker2" in msg and "worker1" in msg
@@ -175,13 +175,13 @@ def test_a_silent_rank_host_stops_the_plan():
 def test_several_silent_hosts_are_all_named():
     workers = {"worker1": worker("10.89.0.11", answered=False), "worker2": worker("10.89.0.12", answered=False)}
     with pytest.raises(JobError) as err:
-        plan({}, workers, ["coord"], NOW)
+        plan({}, workers, ["coord"], NOW, backends)
     assert "-e exclude=worker1,worker2" in str(err.value)
 
 
 def test_a_silent_host_left_out_of_the_job_is_fine():
     workers = dict(cpu_workers(answered=True), worker3=worker("10.89.0.13", answered=False))
-    job = plan({"exclude": "worker3"}, workers, ["coord"], NOW)
+    job = plan({"exclude": "worker3"}, workers, ["coord"], NOW, backends)
     assert job["rank_hosts"] == ["worker1", "worker2"]
     # answered None (not asked) is not a silent node.
-    assert plan({}, cpu_workers(), ["coord"], NOW)["rank_hosts"] == ["worker1", "worker2"]
+    assert plan({}, cpu_workers(), ["coord"], NOW, backends)["rank_hosts"] == ["worker1", "worker2"]

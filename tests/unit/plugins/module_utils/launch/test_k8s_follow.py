@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import kubernetes as kb
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
@@ -30,7 +30,7 @@ def gpu_job(slots=(2, 2), **settings):
                    for i, s in enumerate(slots))
     base = {"run_id": "t2", "backend": "kubernetes", "k8s_image": "mnds-node:1", "k8s_kubeconfig": "/k/config"}
     base.update(settings)
-    return plan(base, workers, ["coord"], NOW)
+    return plan(base, workers, ["coord"], NOW, backends)
 
 
 def test_a_pod_the_scheduler_cannot_place_stops_the_run_with_the_schedulers_words():

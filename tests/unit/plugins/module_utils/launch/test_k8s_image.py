@@ -6,7 +6,7 @@ import datetime
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
 NOW = datetime.datetime(2026, 11, 26, 2, 0, 0)
@@ -22,7 +22,7 @@ def workers(fingerprints=(FP, FP)):
 
 
 def test_the_default_image_is_the_rank_nodes_stack_in_the_registry():
-    job = plan({"run_id": "i1", "backend": "kubernetes", "image_registry": "127.0.0.1:5000"}, workers(), ["c"], NOW)
+    job = plan({"run_id": "i1", "backend": "kubernetes", "image_registry": "127.0.0.1:5000"}, workers(), ["c"], NOW, backends)
     opts = job["backend_options"]
     assert opts["image"] == REF and opts["image_default"] and opts["image_check"]
     pods = [o for o in k8s.objects(job, opts) if o["kind"] == "Pod"]
@@ -32,7 +32,7 @@ def test_the_default_image_is_the_rank_nodes_stack_in_the_registry():
 
 def test_a_given_image_is_used_as_given():
     job = plan({"run_id": "i2", "backend": "kubernetes", "k8s_image": "reg.local/mine:1", "image_registry": "r:1",
-                "k8s_image_check": "false"}, workers(), ["c"], NOW)
+                "k8s_image_check": "false"}, workers(), ["c"], NOW, backends)
     assert job["backend_options"]["image"] == "reg.local/mine:1" and not job["backend_options"]["image_check"]
 
 
@@ -43,7 +43,7 @@ def test_a_given_image_is_used_as_given():
 ])
 def test_no_default_image_names_the_fix(settings, fingerprints, words):
     with pytest.raises(JobError) as err:
-        plan(dict({"run_id": "i3", "backend": "kubernetes"}, **settings), workers(fingerprints), ["c"], NOW)
+        plan(dict({"run_id": "i3", "backend": "kubernetes"}, **settings), workers(fingerprints), ["c"], NOW, backends)
     for word in words:
         assert word in str(err.value)
     assert str(err.value).count("k8s_image is not set") <= 1

@@ -4,7 +4,7 @@ import datetime
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import plan
 
 NOW = datetime.datetime(2026, 11, 24, 2, 0, 0)
@@ -29,7 +29,7 @@ def test_names_are_dns_labels_and_distinct():
 
 
 def test_one_service_and_one_pod_per_rank_node_that_ends_with_its_agent():
-    job = plan({"run_id": "r1"}, workers(gpus=4, slots=(4, 4)), ["coord"], NOW)
+    job = plan({"run_id": "r1"}, workers(gpus=4, slots=(4, 4)), ["coord"], NOW, backends)
     service, pod0, pod1 = k8s.objects(job, OPTS)
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     # Bare pods, never restarted (issue 26, point 11): a pod whose agent ends gives its GPUs back.
@@ -54,7 +54,7 @@ def test_one_service_and_one_pod_per_rank_node_that_ends_with_its_agent():
 
 
 def test_rdma_mode():
-    job = plan({"run_id": "r2"}, workers(gpus=8, slots=(8, 8)), ["coord"], NOW)
+    job = plan({"run_id": "r2"}, workers(gpus=8, slots=(8, 8)), ["coord"], NOW, backends)
     opts = dict(OPTS, fabric="rdma", rdma_resource="rdma/rdma_shared_device_a", host_network=True,
                 interface="ib0", profile_env={"NCCL_IB_HCA": "mlx5_0:1", "NCCL_IB_GID_INDEX": "3"})
     pod = k8s.objects(job, opts)[1]["spec"]
@@ -86,20 +86,20 @@ def test_shared_volume_forms(text, expected):
     ({"volume": {"kind": "s3"}}, "kind 's3' is not one of"),
 ])
 def test_checks_name_the_variable_and_the_fix(opts, needle):
-    job = plan({"run_id": "r3"}, workers(), ["coord"], NOW)
+    job = plan({"run_id": "r3"}, workers(), ["coord"], NOW, backends)
     problems = k8s.check(job, dict(OPTS, **opts))
     assert any(needle in p and "Fix:" in p for p in problems), problems
 
 
 def test_every_pod_gets_the_same_resources():
-    job = plan({"run_id": "r4"}, workers(slots=(1, 2)), ["coord"], NOW)
+    job = plan({"run_id": "r4"}, workers(slots=(1, 2)), ["coord"], NOW, backends)
     assert any("the same deepspeed_slots on every node" in p for p in k8s.check(job, OPTS))
 
 
 def test_the_backend_plans_pods_with_their_agents_and_pod_zero_as_master():
     import json as _json
     job = plan({"run_id": "r5", "backend": "kubernetes", "k8s_image": "mnds-node:local", "k8s_namespace": "train",
-                "k8s_shared_volume": "pvc:shared"}, workers(gpus=2, slots=(2, 2)), ["coord"], NOW)
+                "k8s_shared_volume": "pvc:shared"}, workers(gpus=2, slots=(2, 2)), ["coord"], NOW, backends)
     launch = job["launch"]
     assert launch["launchers"] == ["worker1", "worker2"]
     argv = launch["argv"]["worker2"]
@@ -114,19 +114,19 @@ def test_the_backend_plans_pods_with_their_agents_and_pod_zero_as_master():
 
 def test_k8s_apply_false_is_a_handoff():
     job = plan({"run_id": "r6", "backend": "kubernetes", "k8s_image": "mnds-node:local", "k8s_apply": "false"},
-               workers(), ["coord"], NOW)
+               workers(), ["coord"], NOW, backends)
     assert job["launch"]["start"] is False and "kubectl apply -f" in job["launch"]["handoff"]
 
 
 def test_a_missing_image_fails_the_plan():
     from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError
     with pytest.raises(JobError, match="k8s_image is not set"):
-        plan({"run_id": "r7", "backend": "kubernetes"}, workers(), ["coord"], NOW)
+        plan({"run_id": "r7", "backend": "kubernetes"}, workers(), ["coord"], NOW, backends)
 
 
 def test_the_service_owns_the_pods_and_the_secret():
     """Issue 26, point 11: the play puts this on the pods and the Secret, with the Service's uid once it exists."""
     owner = {"apiVersion": "v1", "kind": "Service", "name": "mnds-r1", "uid": "u-1"}
     assert k8s.owner_reference("mnds-r1", "u-1") == owner
-    job = plan({"run_id": "r8", "backend": "kubernetes", "k8s_image": "mnds-node:local"}, workers(), ["coord"], NOW)
+    job = plan({"run_id": "r8", "backend": "kubernetes", "k8s_image": "mnds-node:local"}, workers(), ["coord"], NOW, backends)
     assert job["launch"]["extra"]["owner"] == {"apiVersion": "v1", "kind": "Service", "name": "mnds-r8", "uid": None}

@@ -5,7 +5,7 @@ import os
 import threading
 import time
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock
 
 
 def run_dir(tmp_path, name, lease_age=None, done=False, beats=()):
@@ -154,8 +154,8 @@ def test_a_claim_is_given_back_only_by_its_play(tmp_path):
 def test_a_run_whose_controller_retries_an_unreachable_coordinator_keeps_the_lock(tmp_path):
     """Issue 44, point 6: the lock counts a run alive as long as its agents do (their lease timeout, which outlasts
     the watch's retry window), not 60 s: a run in a 90 s outage of its controller is not taken over."""
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.run import watch
-    assert lock.LEASE_ALIVE == watch.lease_timeout() > watch.renewal_gap()
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.common import lease
+    assert lock.LEASE_ALIVE == lease.lease_timeout() > lease.renewal_gap()
     path = tmp_path / "m.lock"
     old_lock(path, "live", run_dir(tmp_path, "live", lease_age=90))
     assert lock.holder(str(path), "new")["run_id"] == "live"

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import lock, recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
 
 
 def attempt(tmp_path, run_id, n, lease_age=1.0):

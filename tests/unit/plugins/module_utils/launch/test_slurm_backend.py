@@ -26,7 +26,7 @@ def workers(slots=(1, 1), gpus=0):
 def slurm_job(settings=None, **kw):
     s = {"backend": "slurm", "run_id": "r1", "timeout": "3600"}
     s.update(settings or {})
-    return plan(s, workers(**kw), ["coord"], NOW)
+    return plan(s, workers(**kw), ["coord"], NOW, backends)
 
 
 def sbatch_options(script):
@@ -101,7 +101,7 @@ def test_gpus_per_node_for_cuda_ranks():
 def test_slurms_own_node_names_when_they_differ_from_the_inventory():
     ws = workers()
     ws["worker2"]["scheduler_name"] = "gpu-node-07"
-    job = plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW)
+    job = plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW, backends)
     assert job["scheduler_names"] == {"worker1": "worker1", "worker2": "gpu-node-07"}
     assert job["launch"]["files"][slurm.TASKS_FILE] == "worker1\ngpu-node-07\n"
     assert json.loads(job["launch"]["files"][slurm.NAMES_FILE]) == {"gpu-node-07": "worker2", "worker1": "worker1"}
@@ -137,7 +137,7 @@ def test_bad_slurm_settings_fail_the_plan_naming_the_variable(settings, needle):
 
 
 def test_other_backends_write_no_extra_files_and_start():
-    job = plan({"run_id": "r1"}, workers(), ["coord"], NOW)
+    job = plan({"run_id": "r1"}, workers(), ["coord"], NOW, backends)
     assert job["launch"]["files"] == {} and job["launch"]["start"] is True and job["launch"]["checks"] is None
 
 
@@ -157,7 +157,7 @@ def test_a_slurm_node_name_that_is_not_one_fails_the_plan():
     ws = workers()
     ws["worker2"]["scheduler_name"] = "gpu\n07"
     with pytest.raises(JobError) as err:
-        plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW)
+        plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW, backends)
     assert "worker2: slurm_node_name='gpu\\n07' is not a Slurm node name" in str(err.value)
 
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import plan
 
@@ -23,7 +24,7 @@ def planned(tmp_path, config, **settings):
     inputs, problems = usercode.gather(settings, str(tmp_path), str(tmp_path / "runs"))
     if problems:
         return problems
-    return plan(dict(settings, user_inputs=inputs, args=inputs["args"]), dict(WORKERS), ["coord"], NOW)
+    return plan(dict(settings, user_inputs=inputs, args=inputs["args"]), dict(WORKERS), ["coord"], NOW, backends)
 
 
 def test_a_script_with_the_field_notes_corrected_config_has_cpu_adam_built_first(tmp_path):
@@ -45,7 +46,7 @@ def test_the_bundled_trainer_with_a_config_gets_deepspeeds_check_as_it_merges_it
 
 def test_no_config_no_ops_and_no_check(tmp_path):
     inputs, _problems = usercode.gather({}, str(tmp_path), str(tmp_path / "runs"))
-    job = plan({"user_inputs": inputs}, dict(WORKERS), ["coord"], NOW)
+    job = plan({"user_inputs": inputs}, dict(WORKERS), ["coord"], NOW, backends)
     assert job["ds_ops"] == [] and job["ds_check"] is None
 
 

@@ -3,6 +3,7 @@ import datetime
 
 import pytest
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import job as J
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5, 42000)
@@ -45,11 +46,11 @@ def test_stall_timeout_is_unset_or_shorter_than_the_timeout():
 
 def test_launch_backend_is_the_named_one_with_its_options():
     problems = []
-    backend, options = J.launch_backend({"backend": "slurm", "slurm_partition": "debug"}, problems)
+    backend, options = J.launch_backend({"backend": "slurm", "slurm_partition": "debug"}, backends, problems)
     assert backend.NAME == "slurm" and options["partition"] == "debug" and problems == []
-    backend, options = J.launch_backend({}, problems)
-    assert backend.NAME == J.DEFAULTS["backend"] and options == {}
-    assert J.launch_backend({"backend": "nope"}, problems) == (None, {})
+    backend, options = J.launch_backend({}, backends, problems)
+    assert backend.NAME == backends.DEFAULT and options == {}
+    assert J.launch_backend({"backend": "nope"}, backends, problems) == (None, {})
     assert problems[0].startswith("backend=nope is not a launch backend")
 
 

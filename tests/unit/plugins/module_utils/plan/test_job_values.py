@@ -20,7 +20,7 @@ INJECTIONS = ["$(touch /tmp/pwned)", "`touch /tmp/pwned`", "x; touch /tmp/pwned"
 
 def refused(settings, needle):
     with pytest.raises(JobError) as err:
-        plan(settings, WORKERS, ["coord"], NOW)
+        plan(settings, WORKERS, ["coord"], NOW, backends)
     assert needle in str(err.value) and "Fix:" in str(err.value), str(err.value)
 
 
@@ -28,7 +28,7 @@ def refused(settings, needle):
                                     "x" * 129, "é", ""])
 def test_run_ids_that_leave_the_runs_directory_or_reach_a_shell_are_refused(run_id):
     if run_id == "":
-        assert plan({"run_id": run_id}, WORKERS, ["coord"], NOW)["run_id"].endswith("llama-tiny")  # "" = a new id
+        assert plan({"run_id": run_id}, WORKERS, ["coord"], NOW, backends)["run_id"].endswith("llama-tiny")  # "" = a new id
         return
     refused({"run_id": run_id}, "run_id=")
 
@@ -49,7 +49,7 @@ def test_cluster_directories_must_be_plain_absolute_paths(var, key, path):
 @pytest.mark.parametrize("value", INJECTIONS[:-1])
 def test_user_values_go_to_the_program_file_never_to_a_launchers_command_line(backend, value):
     job = plan({"backend": backend, "args": "--note %s" % json.dumps(value), "dataset": value, "model_path": value,
-                "k8s_image": "mnds-node:local"}, WORKERS, ["coord"], NOW)
+                "k8s_image": "mnds-node:local"}, WORKERS, ["coord"], NOW, backends)
     assert job["program"][-2:] == ["--note", value]
     assert "--dataset" in job["program"] and "--model-path" in job["program"]
     launch = job["launch"]
@@ -61,7 +61,7 @@ def test_user_values_go_to_the_program_file_never_to_a_launchers_command_line(ba
 
 @pytest.mark.parametrize("value", INJECTIONS[:-1])
 def test_environment_values_with_shell_syntax_stay_out_of_deepspeed_env(value):
-    job = plan({"deepspeed_rank_env": {"MY_SETTING": value, "PLAIN": "a,b:c/d=e"}}, WORKERS, ["coord"], NOW)
+    job = plan({"deepspeed_rank_env": {"MY_SETTING": value, "PLAIN": "a,b:c/d=e"}}, WORKERS, ["coord"], NOW, backends)
     assert job["env"]["MY_SETTING"] == value  # rank.env: verbatim
     shell = launcher_env(job["env"])
     assert "MY_SETTING" not in shell and shell["PLAIN"] == "a,b:c/d=e"
@@ -88,7 +88,7 @@ def test_rank_environment_must_be_a_mapping():
 
 def test_secret_env_becomes_a_node_local_file_and_only_its_names_are_in_the_plan():
     job = plan({"secret_env": {"WANDB_API_KEY": "k-123", "DB_PASSWORD": "p w; $(x)"}, "run_id": "r1"},
-               WORKERS, ["coord"], NOW)
+               WORKERS, ["coord"], NOW, backends)
     assert job["secret_file"] == "/opt/multinode-deepspeed/secrets/runs/r1.json"
     assert job["secret_keys"] == ["DB_PASSWORD", "WANDB_API_KEY"]
     assert job["env"]["MULTINODE_DS_SECRET_ENV"] == job["secret_file"]
@@ -97,7 +97,7 @@ def test_secret_env_becomes_a_node_local_file_and_only_its_names_are_in_the_plan
 
 
 def test_no_secret_env_no_secret_file():
-    job = plan({}, WORKERS, ["coord"], NOW)
+    job = plan({}, WORKERS, ["coord"], NOW, backends)
     assert job["secret_file"] is None and "MULTINODE_DS_SECRET_ENV" not in job["env"]
 
 
@@ -141,12 +141,12 @@ def test_more_bad_inputs_fail_the_plan_with_a_fix(settings, needle):
 
 def test_a_bad_model_name_is_the_only_problem_named():
     with pytest.raises(JobError) as err:
-        plan({"model": "llama tiny"}, WORKERS, ["coord"], NOW)
+        plan({"model": "llama tiny"}, WORKERS, ["coord"], NOW, backends)
     assert "run_id" not in str(err.value)
 
 
 def test_arguments_of_a_users_script_are_its_own():
-    job = plan({"entrypoint": "/shared/mine.py", "args": "--steps 5 --resume"}, WORKERS, ["coord"], NOW)
+    job = plan({"entrypoint": "/shared/mine.py", "args": "--steps 5 --resume"}, WORKERS, ["coord"], NOW, backends)
     assert job["program"] == ["/shared/mine.py", "--steps", "5", "--resume"]
 
 
@@ -154,19 +154,19 @@ def test_more_ranks_than_gpus_on_a_gpu_worker():
     workers = dict(WORKERS, worker1=dict(WORKERS["worker1"], gpus=2, slots=4))
     refused_on = pytest.raises(JobError, match="host worker1: deepspeed_slots=4, but it has 2 GPU")
     with refused_on:
-        plan({}, workers, ["coord"], NOW)
+        plan({}, workers, ["coord"], NOW, backends)
     cpu_ranks = dict(WORKERS, worker1=dict(WORKERS["worker1"], gpus=2, slots=4, accelerator="cpu"))
-    assert plan({}, cpu_ranks, ["coord"], NOW)["slots"]["worker1"] == 4
+    assert plan({}, cpu_ranks, ["coord"], NOW, backends)["slots"]["worker1"] == 4
 
 
 @pytest.mark.parametrize("word,value", [("yes", True), ("False", False), ("1", True), ("off", False)])
 def test_resume_reads_ansible_booleans(word, value):
-    job = plan({"resume": word}, WORKERS, ["coord"], NOW)
+    job = plan({"resume": word}, WORKERS, ["coord"], NOW, backends)
     assert ("--resume" in job["program"]) is value
 
 
 def test_a_trainer_option_that_begins_a_planned_one_is_no_abbreviation_of_it():
     """--data is the trainer's own option (a corpus), not --dataset abbreviated: the plan takes it (the e2e
     bad-input test's missing-data case then names the missing path on the node)."""
-    job = plan({"args": "--data /shared/corpus --seed 7"}, WORKERS, ["coord"], NOW)
+    job = plan({"args": "--data /shared/corpus --seed 7"}, WORKERS, ["coord"], NOW, backends)
     assert job["program"][-4:] == ["--data", "/shared/corpus", "--seed", "7"]

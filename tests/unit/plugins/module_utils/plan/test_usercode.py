@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan import usercode
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
@@ -36,7 +37,7 @@ def project_fixture(tmp_path):
 def planned(settings, project):
     inputs, problems = usercode.gather(settings, str(project.parent), str(project.parent / "runs"))
     assert problems == []
-    return plan(dict(settings, user_inputs=inputs, args=inputs["args"]), dict(WORKERS), ["coord"], NOW), inputs
+    return plan(dict(settings, user_inputs=inputs, args=inputs["args"]), dict(WORKERS), ["coord"], NOW, backends), inputs
 
 
 def test_a_workdir_ships_git_view_and_the_entrypoint_runs_in_it(project):
@@ -94,7 +95,7 @@ def test_tracking_fills_the_monitor_sections_without_overwriting_the_users(proje
 def test_the_bundled_trainer_gets_the_monitor_through_its_merged_config(tmp_path):
     inputs, problems = usercode.gather({"tracking": "tensorboard,mlflow"}, str(tmp_path), str(tmp_path / "runs"))
     assert problems == []
-    job = plan({"user_inputs": inputs}, dict(WORKERS), ["coord"], NOW)
+    job = plan({"user_inputs": inputs}, dict(WORKERS), ["coord"], NOW, backends)
     prog = job["program"]
     assert prog[prog.index("--ds-config") + 1] == job["run_dir"] + "/ds_config.user.json"
     assert list(json.loads(job["ds_config"]["text"])) == ["tensorboard"] and job["ds_check"] is None
@@ -104,7 +105,7 @@ def test_the_bundled_trainer_gets_the_monitor_through_its_merged_config(tmp_path
 def test_a_wandb_key_in_secret_env_leaves_wandb_online(tmp_path):
     inputs, _problems = usercode.gather({"tracking": "wandb"}, str(tmp_path), str(tmp_path / "runs"))
     job = plan({"user_inputs": inputs, "secret_env": {"WANDB_API_KEY": "wandb-secret-42"}}, dict(WORKERS), ["coord"],
-               NOW)
+               NOW, backends)
     assert "WANDB_MODE" not in job["env"] and "wandb-secret-42" not in json.dumps(job)
 
 
@@ -141,7 +142,7 @@ def test_bad_inputs_are_refused_with_their_fix(project, settings, words):
 
 def test_a_relative_entrypoint_without_a_workdir_names_the_workdir():
     with pytest.raises(JobError, match=r"entrypoint='train.py' must be an absolute path .* -e workdir="):
-        plan({"entrypoint": "train.py"}, dict(WORKERS), ["coord"], NOW)
+        plan({"entrypoint": "train.py"}, dict(WORKERS), ["coord"], NOW, backends)
 
 
 def test_a_tracker_the_master_lacks_is_refused_naming_the_package(tmp_path):
@@ -149,10 +150,10 @@ def test_a_tracker_the_master_lacks_is_refused_naming_the_package(tmp_path):
     workers = dict(WORKERS)
     workers["worker1"] = dict(workers["worker1"], trackers={"tensorboard": None, "wandb": None, "comet": None})
     with pytest.raises(JobError) as err:
-        plan({"user_inputs": inputs}, workers, ["coord"], NOW)
+        plan({"user_inputs": inputs}, workers, ["coord"], NOW, backends)
     assert "tracking=tensorboard needs the tensorboard package on worker1" in str(err.value)
     assert "Fix: run site.yml" in str(err.value)
     assert "tracking=wandb needs the wandb package on worker1" in str(err.value)
     assert "add wandb==<version> to stack_extra_packages" in str(err.value) and "csv" not in str(err.value)
     workers["worker1"]["trackers"] = {"tensorboard": "2.21.0", "wandb": "0.22.0", "comet": None}
-    assert plan({"user_inputs": inputs}, workers, ["coord"], NOW)["tracking"] == ["tensorboard", "wandb", "csv"]
+    assert plan({"user_inputs": inputs}, workers, ["coord"], NOW, backends)["tracking"] == ["tensorboard", "wandb", "csv"]

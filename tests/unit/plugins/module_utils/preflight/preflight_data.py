@@ -1,13 +1,23 @@
 """What the preflight tests share: the real all-reduce results (tests/fixtures/preflight), tests built from
-(bytes, seconds) pairs, a node's stack, and the master port test as Ansible registers it."""
+(bytes, seconds) pairs, a node's stack, the master port test as Ansible registers it, and the plan's ``launch`` of
+a backend."""
 import json
 from pathlib import Path
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import bus_factor
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures"
 PREFLIGHT = FIXTURES / "preflight"
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def launch_of(backend, coordinators=(), rank_hosts=()):
+    """What the plan records of a backend's launch (``job["launch"]``, ``Backend.describe``) that preflight reads: the
+    SSH logins it needs and whether ranks start over SSH."""
+    chosen = backends.get(backend)
+    job = {"coordinators": list(coordinators), "rank_hosts": list(rank_hosts)}
+    return {"ssh_pairs": [list(p) for p in chosen.ssh_pairs(job)], "ranks_over_ssh": chosen.ranks_over_ssh}
 
 
 def load(name):

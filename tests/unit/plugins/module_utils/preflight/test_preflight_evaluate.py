@@ -12,7 +12,8 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.eval
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.ssh import ssh_matrix_table, ssh_required_pairs
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import PreflightError, format_verdicts, verdict
 
-from tests.unit.plugins.module_utils.preflight.preflight_data import GIB, load, passing_test, STACK, CPU_COORD, LISTENER_OK, LISTENER_TAKEN, PROBES_OK
+from tests.unit.plugins.module_utils.preflight.preflight_data import (
+    CPU_COORD, GIB, LISTENER_OK, LISTENER_TAKEN, PROBES_OK, STACK, launch_of, load, passing_test)
 
 
 T0 = 1767225600.0
@@ -56,7 +57,7 @@ def job_data():
                 "first_ranks": {"worker1": 0, "worker2": 1}, "world_size": 2, "master": "worker1",
                 "master_addr": "10.89.0.3", "master_port": 29500,
                 "run_dir": SHARED + "/runs/preflight-20260101-000000", "shared_dir": SHARED, "local_dir": LOCAL,
-                "venv": LOCAL + "/venv"},
+                "venv": LOCAL + "/venv", "launch": launch_of("pdsh", ["coord"], ["worker1", "worker2"])},
         "versions": versions,
         "probes": dict((h, node_probe_result(h)) for h in NODES),
         "ssh": {"coord": ssh_register(NODES), "worker1": ssh_register(["worker1"]),
@@ -229,7 +230,7 @@ def test_evaluate_accepts_ssh_as_host_target_results():
 
 def test_evaluate_ssh_free_needs_no_ssh():
     data = job_data()
-    data["job"]["backend"] = "ssh-free"
+    data["job"].update(backend="ssh-free", launch=launch_of("ssh-free"))
     data["ssh"] = dict((h, {"skipped": True, "changed": False}) for h in NODES)
     report = evaluate(data)
     assert report["status"] == "pass"
@@ -317,7 +318,8 @@ def test_evaluate_malformed_data_raises(mutate, error):
 def test_the_tcp_retest_is_judged_on_the_ethernet_speed_not_the_rdma_override():
     primary = {"label": "ib", "ok": False, "error": "NCCL WARN Call to ibv_modify_qp failed", "raw": None}
     tcp = passing_test("tcp", 1.0)
-    data = {"job": {"backend": "ssh-free", "accelerator": "cuda", "profile": "ib", "coordinators": [],
+    data = {"job": {"backend": "ssh-free", "launch": launch_of("ssh-free"), "accelerator": "cuda", "profile": "ib",
+                    "coordinators": [],
                     "rank_hosts": {"w1": 1, "w2": 1}, "master": "w1", "master_port": 29500,
                     "shared_dir": "/s", "local_dir": "/l"},
             "tcp_link_gbps": {"w1": 10.0, "w2": 10.0}, "gpus": {"w1": 1, "w2": 1},
@@ -348,7 +350,8 @@ def test_cpu_ranks_on_rdma_nodes_are_judged_as_tcp():
 
 def test_no_fabric_advice_when_other_checks_fail():
     primary = {"label": "ib", "ok": False, "error": "NCCL WARN Call to ibv_modify_qp failed", "raw": None}
-    data = {"job": {"backend": "ssh-free", "accelerator": "cuda", "profile": "ib", "coordinators": [],
+    data = {"job": {"backend": "ssh-free", "launch": launch_of("ssh-free"), "accelerator": "cuda", "profile": "ib",
+                    "coordinators": [],
                     "rank_hosts": {"w1": 1, "w2": 1}, "master": "w1", "master_port": 29500,
                     "shared_dir": "/s", "local_dir": "/l"},
             "tcp_link_gbps": {"w1": 10.0, "w2": 10.0}, "gpus": {"w1": 1, "w2": 1},
@@ -441,7 +444,7 @@ def test_report_tables():
     data = rdma_data()
     data["bandwidth"]["primary"] = passing_test("ib", 30.0, world_size=16)
     layout = job_layout(data)
-    required = ssh_required_pairs("pdsh", ["coord"], ["worker1", "worker2"])
+    required = ssh_required_pairs(launch_of("pdsh", ["coord"], ["worker1", "worker2"]))
     link, primary, fallback = bandwidth_judgement(data, layout, *effective_settings(None))
     vs = [verdict("bandwidth", "worker1,worker2", primary["status"], primary["reason"])]
     tables = report_tables(data, layout, required, vs, primary, fallback)
@@ -452,6 +455,6 @@ def test_report_tables():
         primary["rows"], "all_reduce ib (nccl, 16 ranks on 2 nodes): FAIL")
     assert tables["bandwidth_tcp"].splitlines()[0] == "all_reduce tcp (fallback test): PASS"
     # No SSH needed and no test judged: a line for SSH, no bandwidth table.
-    data["job"]["backend"] = "ssh-free"
+    data["job"].update(backend="ssh-free", launch=launch_of("ssh-free"))
     assert report_tables(data, job_layout(data), [], vs, None, None) == {
         "ssh": "SSH: not needed by backend ssh-free", "verdicts": format_verdicts(vs)}

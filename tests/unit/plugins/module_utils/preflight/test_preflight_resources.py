@@ -5,7 +5,7 @@ import pytest
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.resources import accelerator_verdicts, disk_verdicts, memlock_verdicts, rank_memlock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import FAIL
 
-from tests.unit.plugins.module_utils.preflight.preflight_data import GIB, by_host
+from tests.unit.plugins.module_utils.preflight.preflight_data import GIB, by_host, launch_of
 
 
 PATHS = {"shared": "/srv/multinode-deepspeed", "local": "/opt/multinode-deepspeed"}
@@ -70,15 +70,16 @@ def test_an_unknown_memlock_limit_is_called_unknown():
 def test_rank_memlock_reads_ulimit_over_ssh_for_pdsh(stdout, kib):
     ssh = {"coord": {"w1": {"rc": 0, "stdout": stdout}}}
     probes = {"w1": {"memlock": {"soft": 1024, "hard": 1024}}}
-    res = rank_memlock("pdsh", ["coord"], ["w1"], probes, ssh)
+    res = rank_memlock(launch_of("pdsh")["ranks_over_ssh"], ["coord"], ["w1"], probes, ssh)
     assert res == {"w1": kib if kib is not None else 1024}
 
 
 def test_rank_memlock_falls_back_to_the_probe():
     probes = {"w1": {"memlock": {"soft": -1}}, "w2": {"memlock": {"soft": 64}}}
     ssh = {"coord": {"w1": {"rc": 255, "stdout": "unlimited"}}}
-    assert rank_memlock("pdsh", ["coord"], ["w1", "w2"], probes, ssh) == {"w1": -1, "w2": 64}
-    assert rank_memlock("ssh-free", ["coord"], ["w1", "w3"], probes,
+    assert rank_memlock(launch_of("pdsh")["ranks_over_ssh"], ["coord"], ["w1", "w2"], probes, ssh) == {
+        "w1": -1, "w2": 64}
+    assert rank_memlock(launch_of("ssh-free")["ranks_over_ssh"], ["coord"], ["w1", "w3"], probes,
                         {"coord": {"w1": {"rc": 0, "stdout": "8"}}}) == {"w1": -1, "w3": None}
 
 

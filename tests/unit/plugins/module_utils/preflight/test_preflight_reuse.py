@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import bandwidth_test, retest_needed
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import DEFAULTS, check_settings, evaluate, gather, reuse_key, reuse_verdict
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.versions import version_table
@@ -30,7 +31,7 @@ def worker(addr, slots=1, gpus=0, accel=None, mem=4096):
 
 def cpu_job(**settings):
     workers = {"worker1": worker(ADDR["worker1"]), "worker2": worker(ADDR["worker2"])}
-    job = plan(settings, workers, ["coord"], NOW)
+    job = plan(settings, workers, ["coord"], NOW, backends)
     job["profile"] = "tcp"
     return job
 
@@ -38,7 +39,7 @@ def cpu_job(**settings):
 def cuda_job(profile):
     workers = {"worker1": worker(ADDR["worker1"], slots=2, gpus=2),
                "worker2": worker(ADDR["worker2"], slots=2, gpus=2)}
-    job = plan({}, workers, ["coord"], NOW)
+    job = plan({}, workers, ["coord"], NOW, backends)
     job["profile"] = profile
     return job
 
@@ -179,7 +180,7 @@ def test_reuse_key_changes_with_the_planned_master_port_and_slots():
     other_port = cpu_job(master_port=29501)
     assert reuse_key(other_port, nodevars(other_port), ROLE_SETTINGS) != base
     workers = {"worker1": worker(ADDR["worker1"], slots=2), "worker2": worker(ADDR["worker2"])}
-    two_slots = plan({}, workers, ["coord"], NOW)
+    two_slots = plan({}, workers, ["coord"], NOW, backends)
     assert reuse_key(two_slots, nodevars(two_slots), ROLE_SETTINGS) != base
 
 

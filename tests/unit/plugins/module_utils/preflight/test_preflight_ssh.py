@@ -4,16 +4,18 @@ import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.ssh import ssh_fix, ssh_matrix_table, ssh_required_pairs, ssh_verdicts
 
+from tests.unit.plugins.module_utils.preflight.preflight_data import launch_of
+
 
 def test_ssh_pairs_for_pdsh():
-    assert ssh_required_pairs("pdsh", ["coord"], ["w1", "w2"]) == [
+    assert ssh_required_pairs(launch_of("pdsh", ["coord"], ["w1", "w2"])) == [
         ("coord", "coord"), ("coord", "w1"), ("coord", "w2")]
     # The coordinator is a rank node too: no duplicate pair; a rank node logs in nowhere.
-    assert ssh_required_pairs("pdsh", ["w1"], ["w1", "w2"]) == [("w1", "w1"), ("w1", "w2")]
+    assert ssh_required_pairs(launch_of("pdsh", ["w1"], ["w1", "w2"])) == [("w1", "w1"), ("w1", "w2")]
 
 
 def test_ssh_pairs_for_ssh_free():
-    assert ssh_required_pairs("ssh-free", ["coord"], ["w1", "w2"]) == []
+    assert ssh_required_pairs(launch_of("ssh-free", ["coord"], ["w1", "w2"])) == []
 
 
 @pytest.mark.parametrize("src, dst, stderr, rc, want", [
@@ -54,7 +56,7 @@ OK = {"rc": 0, "stdout": "unlimited", "stderr": ""}
 
 
 def test_ssh_verdicts_pass_and_fail_with_fix():
-    required = ssh_required_pairs("pdsh", ["coord"], ["w1", "w2"])
+    required = ssh_required_pairs(launch_of("pdsh", ["coord"], ["w1", "w2"]))
     refused = {"rc": 255, "stdout": "",
                "stderr": "Warning: Permanently added 'w2' (ED25519) to the list of known hosts.\n"
                          "ssh: connect to host w2 port 22: Connection refused\n"}
@@ -88,7 +90,7 @@ def test_ssh_verdicts_ssh_free_is_one_skip():
 
 def test_ssh_matrix_table():
     nodes = ["coord", "worker1", "worker2"]
-    required = ssh_required_pairs("pdsh", ["coord"], ["worker1", "worker2"])
+    required = ssh_required_pairs(launch_of("pdsh", ["coord"], ["worker1", "worker2"]))
     results = {"coord": {"coord": OK, "worker1": {"rc": 255, "stderr": "x"}, "worker2": OK}}
     lines = ssh_matrix_table(nodes, results, required).splitlines()
     assert lines[0].split() == ["from\\to", "coord", "worker1", "worker2"]

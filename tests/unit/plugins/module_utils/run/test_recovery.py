@@ -107,12 +107,6 @@ def test_fewer_nodes_only_down_to_min_nodes():
     assert "error" in recovery.next_nodes(["w1"], ["w1"], [], [], {}, min_nodes=0)
 
 
-def test_accumulation_keeps_the_global_batch():
-    assert recovery.accumulation(16, 4, 2) == (2, True)
-    assert recovery.accumulation(16, 4, 1) == (4, True)
-    assert recovery.accumulation(16, 4, 3) == (1, False)
-
-
 def test_a_node_that_failed_twice_is_quarantined_with_its_reason(tmp_path):
     attempts = [{"kind": "lost", "nodes": ["w2"]}, {"kind": "lost", "nodes": ["w1"]},
                 {"kind": "lost", "nodes": ["w2"]}]

@@ -1,9 +1,10 @@
 """The agents' lease follows the watch's retry window (issue 44, point 6): a coordinator the watch still retries is
 never given up by its agents first; the one number is the watch's, and the plan passes what it derives."""
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import watch
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
-    POLL_INTERVAL, STATUS_RETRY, STATUS_TIMEOUT, StatusRetry, lease_timeout, renewal_gap, watch_options)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import lease
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import (
+    POLL_INTERVAL, STATUS_RETRY, STATUS_TIMEOUT, lease_timeout, renewal_gap)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import StatusRetry, watch_options
 
 
 def longest_silence(retry, status_timeout, poll_interval):
@@ -25,7 +26,7 @@ def longest_silence(retry, status_timeout, poll_interval):
 def test_the_lease_outlasts_the_watchs_retries_with_a_margin():
     silence = longest_silence(STATUS_RETRY, STATUS_TIMEOUT, POLL_INTERVAL)
     assert silence <= renewal_gap() < lease_timeout()
-    assert lease_timeout() - renewal_gap() == watch.LEASE_MARGIN >= 10
+    assert lease_timeout() - renewal_gap() == lease.LEASE_MARGIN >= 10
     # The agents' former fixed 45 s fell inside the window: a 50 s outage the watch rode out killed the run.
     outage, former_lease = 50, 45
     assert former_lease < outage < silence

@@ -3,6 +3,7 @@ import datetime
 
 import pytest
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import blame_stall, stall_limit, stalled
 
@@ -65,9 +66,9 @@ def test_stall_timeout_is_checked(value):
     workers = {"w1": {"slots": 1, "address": "10.0.0.1", "env": {}},
                "w2": {"slots": 1, "address": "10.0.0.2", "env": {}}}
     with pytest.raises(JobError) as err:
-        plan({"stall_timeout": value}, workers, ["coord"], datetime.datetime(2026, 11, 23))
+        plan({"stall_timeout": value}, workers, ["coord"], datetime.datetime(2026, 11, 23), backends)
     assert "stall_timeout=%s must be a whole number >= 10" % value in str(err.value)
-    assert plan({"stall_timeout": "60"}, workers, ["coord"], datetime.datetime(2026, 11, 23))["stall_timeout"] == 60
+    assert plan({"stall_timeout": "60"}, workers, ["coord"], datetime.datetime(2026, 11, 23), backends)["stall_timeout"] == 60
 
 
 def test_a_node_compiling_an_op_is_not_stalled_and_the_progress_line_says_so():
