@@ -142,6 +142,10 @@ def run(argv, log, timeout=3600, merge=True, **kwargs):
     file ``log`` too (stdout, then stderr unless ``merge`` sent stderr to stdout); on a timeout, what it printed
     until then, and TimeoutExpired is raised."""
     Path(log).parent.mkdir(parents=True, exist_ok=True)
+    # Each job reads a /dev/null of its own, never the session's stdin: a job that makes the stdin it shares
+    # non-blocking (the flag is on the shared open file) would make every other job's ansible-playbook refuse to start
+    # ("Ansible requires blocking IO on stdin").
+    kwargs.setdefault("stdin", subprocess.DEVNULL)
     t0 = time.time()
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT if merge else subprocess.PIPE,

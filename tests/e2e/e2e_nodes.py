@@ -120,7 +120,7 @@ def start_train(args, name):
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "w")
     proc = subprocess.Popen([str(bin_dir / "ansible-playbook"), "train.yml", *args], cwd=ROOT, env=env, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     return proc, out, log
 
 

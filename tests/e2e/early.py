@@ -48,8 +48,9 @@ def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_
     env.update(env_extra or {})
     log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
     t0 = time.time()
+    # stdin: a /dev/null of its own (tests/background.py's run says why).
     proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=timeout)
+                          stdin=subprocess.DEVNULL, text=True, timeout=timeout)
     log.write_text(proc.stdout)
     print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
     return Result(proc.returncode, proc.stdout, log)
@@ -136,8 +137,8 @@ def k8s_build_start():
         argv = ["nice", "-n", "19", "ionice", "-c", "3", str(ROOT / "scripts" / "k8s-local"), "build"]
         _k8s.update(log=log, out=out, t0=time.time(), cgroup=cgroup,
                     proc=subprocess.Popen(  # pylint: disable=R1732,W1509
-                        argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                        preexec_fn=background.joiner(cgroup)))
+                        argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True, preexec_fn=background.joiner(cgroup)))
 
 
 def k8s_build(timeout=3600):

@@ -1,5 +1,6 @@
 """The suite's background jobs (tests/background.py) and the quality gates run among them (tests/quality/gates.py):
 a job's output and seconds, what the time by phase lists, and which tests start a gate."""
+import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +29,26 @@ def test_a_job_keeps_stdout_and_stderr_apart_and_its_log_has_both(tmp_path, jobs
     assert seconds >= 0 and log.read_text() == "out\nerr\n"
     proc, seconds, log = jobs.run(argv, tmp_path / "merged.log")
     assert sorted(proc.stdout.split()) == ["err", "out"] and log.read_text() == proc.stdout and seconds >= 0
+
+
+def test_a_job_that_makes_its_stdin_non_blocking_leaves_the_next_jobs_blocking(tmp_path, jobs):
+    """ansible-playbook refuses a non-blocking stdin; the flag is on the open file, which jobs that inherited the
+    session's stdin would share: each job reads a /dev/null of its own."""
+    code = ("import fcntl, os, sys; flags = fcntl.fcntl(0, fcntl.F_GETFL); print(bool(flags & os.O_NONBLOCK)); "
+            "fcntl.fcntl(0, fcntl.F_SETFL, flags | os.O_NONBLOCK) if sys.argv[1] == 'set' else None")
+    with open(tmp_path / "shared-stdin", "w") as fh:
+        fh.write("")
+    with open(tmp_path / "shared-stdin") as shared:
+        # The session's stdin, as every job would inherit it.
+        saved = os.dup(0)
+        os.dup2(shared.fileno(), 0)
+        try:
+            first, _s, _log = jobs.run([sys.executable, "-c", code, "set"], tmp_path / "first.log")
+            second, _s, _log = jobs.run([sys.executable, "-c", code, "look"], tmp_path / "second.log")
+        finally:
+            os.dup2(saved, 0)
+            os.close(saved)
+    assert first.stdout.split() == ["False"] and second.stdout.split() == ["False"], (first.stdout, second.stdout)
 
 
 def test_a_job_that_ran_past_its_time_leaves_what_it_printed(tmp_path, jobs):
