@@ -62,9 +62,182 @@ description:
     backends are C(plugins/module_utils/launch/backends/) (C(docs/backends.md)).
 options:
   settings:
-    description: Settings that win over the play's variables (same names).
+    description:
+      - The job's settings, each read from the play's variable of the same name (the C(-e) value of C(train.yml), or
+        the inventory's); a value given here wins. These are the C(-e) variables of C(train.yml) that the plan
+        reads; C(scripts/gen_docs.py) renders them as the table of C(docs/train.md).
+      - A launch backend's own variables (C(slurm_*), C(k8s_*)) are read the same way and described with the backend
+        (C(docs/backends.md)).
     type: dict
     default: {}
+    suboptions:
+      model:
+        description:
+          - The bundled trainer's model - V(llama-tiny), V(gpt2-tiny) or V(llama) (the Llama 3.1 8B architecture).
+            It also names the checkpoint directory, C(<shared_dir_path>/checkpoints/<model>).
+        type: str
+        default: llama-tiny
+      steps:
+        description: Training steps (the step to reach when resuming), a whole number of at least 1.
+        type: int
+        default: 30
+      args:
+        description:
+          - More arguments for the bundled trainer (its flags - C(docs/trainer.md#flags)) or for your own script.
+          - 'Split as a shell splits a command line (Python''s C(shlex.split)): quotes group words, and each word
+            reaches the program as it is, through no shell. Ansible splits C(-e key=value) pairs on spaces, so quote
+            the whole value inside the C(-e) string - C(-e "args=''--micro-batch 8 --seq-len 128''").'
+        type: str
+      run_id:
+        description:
+          - The name of the run directory, on the cluster (C(<shared_dir_path>/runs/<run_id>)) and on the controller;
+            letters, digits, C(.), C(_) and C(-), and it must not exist yet.
+          - Unset - the UTC date and time, milliseconds, four random hex digits and the model, for example
+            V(20261122-131500-1234f00d-llama-tiny).
+        type: str
+      backend:
+        description:
+          - How the ranks start and stop (C(docs/backends.md)).
+          - V(pdsh) - pdsh on the coordinator starts DeepSpeed's launcher on every rank node over SSH.
+          - V(ssh-free) - each rank node's agent starts its own launcher; no SSH between the nodes.
+          - V(slurm) - the run is a Slurm batch job (C(docs/backends.md#the-slurm-backend)).
+          - V(kubernetes) - one pod per rank node from the stack's image (C(docs/kubernetes.md)).
+        type: str
+        choices: [pdsh, ssh-free, slurm, kubernetes]
+        default: pdsh
+      entrypoint:
+        description:
+          - Your own DeepSpeed script instead of the bundled trainer - a path in C(workdir), or an absolute path every
+            node can read (C(docs/own-script.md)). Unset - the bundled trainer.
+        type: str
+      workdir:
+        description:
+          - A directory on the controller (relative to where C(ansible-playbook) runs), copied to
+            C(<shared_dir_path>/workspaces/<hash>/) once per content (its files as git sees them); the ranks run from
+            it (C(docs/own-script.md#1-ship-the-code--e-workdir)).
+        type: str
+      workdir_exclude:
+        description: Patterns (comma-separated or a list) left out of the workdir besides C(.gitignore)'s, for example
+          V(*.pt,data/raw/,/out).
+        type: raw
+      workdir_max_mb:
+        description: A workdir bigger than this many MB is refused, naming its biggest entries.
+        type: int
+        default: 512
+      workdir_include_secrets:
+        description:
+          - Patterns (as C(workdir_exclude) takes them) of files named like secrets that ship anyway, for example
+            V(certs/ca.pem) (C(docs/own-script.md#what-stays-on-the-controller)).
+        type: raw
+      workdir_allow_private:
+        description: Ship files that only their owner may read on the controller (mode 0600, 0700) instead of
+          refusing the workdir.
+        type: bool
+        default: false
+      tracking:
+        description:
+          - Where the run's metrics go, comma-separated for several - V(tensorboard), V(csv), V(wandb), V(comet)
+            (DeepSpeed's monitor, on the ranks) and V(mlflow) (logged from the controller after the collection)
+            (C(docs/tracking.md)).
+        type: str
+      mlflow_tracking_uri:
+        description:
+          - Where V(mlflow) tracking logs - a path, a C(file://), C(https://), C(http://) or C(sqlite://) URI, or
+            V(databricks). Unset - the file store C(mlruns) in the collect directory (C(runs/mlruns)).
+        type: str
+      hosts:
+        description: The workers that take ranks (comma-separated inventory names, or a list), in inventory order,
+          for example V(worker1,worker2). Unset - every worker.
+        type: raw
+      exclude:
+        description: Workers (comma-separated, or a list) that take no ranks, for example V(worker2); a worker left
+          out may be down.
+        type: raw
+      resume:
+        description: The bundled trainer loads the newest whole checkpoint of C(model) and continues from its step
+          (C(docs/recovery.md#checkpoints-and-resuming)).
+        type: bool
+        default: false
+      save_interval:
+        description: The bundled trainer also saves a checkpoint every N steps; V(0) - only at the end.
+        type: int
+        default: 0
+      ds_config:
+        description:
+          - A DeepSpeed JSON config on the controller (or C(--deepspeed_config X) in C(args)), checked by DeepSpeed's
+            own config class on a worker at the job's world size before anything starts; merged over the bundled
+            trainer's config, or given to your script as C(--deepspeed_config). The DeepSpeed ops it needs are built
+            on the rank nodes first (C(docs/own-script.md#2-your-deepspeed-config--e-ds_config-checked-by-deepspeed)).
+        type: str
+      model_path:
+        description: Pretrained weights for the bundled trainer - a directory readable at the same path on every
+          node, or a Hugging Face hub id. Unset - random weights.
+        type: str
+      dataset:
+        description: A Hugging Face dataset for the bundled trainer, C(NAME[:SPLIT]); it needs the C(datasets)
+          package on every node. Unset - the bundled corpus.
+        type: str
+      secret_env:
+        description:
+          - Secret variables for every rank, a mapping (keep it in ansible-vault) - node-local, mode 0600, in no file
+            of the run, no log and no command line (C(docs/security.md#secrets)).
+        type: dict
+      master_port:
+        description:
+          - The rendezvous port on the master (the first rank host), 1024-65535. Preflight checks it free and
+            reachable; when no preflight runs, it is checked free on the master before the launch
+            (C(docs/bad-inputs.md#master-port)).
+        type: int
+        default: 29500
+      timeout:
+        description: Seconds (at least 10) after which the run is stopped on every node; with C(restarts), for every
+          attempt together.
+        type: int
+        default: 3600
+      startup_timeout:
+        description: Seconds the ranks get to start and take a first step once they can start (a Slurm job started,
+          the pods running); shorter than C(timeout).
+        type: int
+        default: 300
+      queue_timeout:
+        description: Seconds a scheduler's job may wait in the queue before the run is given up, naming the job and
+          the reason. Unset - only C(timeout) bounds the wait.
+        type: int
+      stall_timeout:
+        description:
+          - Seconds without a finished step (for a script without metrics, without a write to the ranks' logs) after
+            which the run counts as stalled; shorter than C(timeout). Unset - ten times the median step time, at
+            least 45 s (C(docs/agents.md#a-stalled-run)).
+        type: int
+      preflight:
+        description:
+          - V(true) - reuse a passing preflight of the same job, else run it (C(docs/preflight.md)); V(force) -
+            always run it; V(false) - skip it. A failed preflight stops the launch.
+        type: raw
+        default: true
+      restarts:
+        description:
+          - Attempts after the first when a failure is recoverable (a node lost or cut off, a rank killed or failing,
+            a stall), 0-100. The run goes on from its newest whole checkpoint on the nodes that came back, on
+            C(spares), or on fewer nodes down to C(min_nodes) (C(docs/recovery.md)). Inventory - C(train_restarts).
+        type: int
+        default: 0
+      recover_wait:
+        description: Seconds a failed node gets to come back when no spare can take its place. Inventory -
+          C(train_recover_wait).
+        type: int
+        default: 120
+      min_nodes:
+        description: The fewest rank nodes a run may go on with; more than the job's rank nodes is refused. Unset -
+          all the run started with. Inventory - C(train_min_nodes).
+        type: int
+      unquarantine:
+        description:
+          - Nodes (comma-separated) let out of quarantine for this and later runs, and spares let out of the hold of
+            a run that ended without giving them back; with the slurm backend also resumed in Slurm when a run
+            drained them. A name that is no worker or spare of the inventory and not quarantined is refused
+            (C(docs/recovery.md#the-quarantine-and-spares-records)).
+        type: raw
   workers:
     description: The candidate rank hosts, in order (default the group C(workers)).
     type: list

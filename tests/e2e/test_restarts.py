@@ -216,7 +216,7 @@ def test_ctrl_c_during_the_recovery_wait_starts_nothing_new(worker2_back, tmp_pa
     assert left_on(["coord", "worker1"], run_id) == {}
     assert on_coord(f"test -e /shared/runs/{run_id}/attempts/2").returncode != 0
     # The run held the checkpoint lock through the wait (between its attempts, bounded by recover_wait + 180 s);
-    # stopped there, it is what docs/train.md says to remove by hand for the next run not to wait.
+    # stopped there, it is what docs/recovery.md says to remove by hand for the next run not to wait.
     lock = "/shared/checkpoints/llama-tiny.lock"
     held = json.loads(on_coord(f"cat {lock}").stdout)
     assert held["run_id"] == run_id and held["between"] and held["hold"] == 300 + 180
