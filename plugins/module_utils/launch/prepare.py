@@ -139,12 +139,15 @@ def workspace_state(job):
     return problem is None, problem
 
 
-def make_room(job):
+def make_room(job, whole=None):
     """Before the copy: a marked workspace whose tree is no longer its content loses its marker and its tree (files
     written into it would stay beside a new copy); the ranks' working directory of this attempt, with a link to each
-    top entry of the workspace (``plan/workdir.WORK_DIR``). Returns the working directory."""
+    top entry of the workspace (``plan/workdir.WORK_DIR``). ``whole``: this call's check found it whole (None: no
+    check in this call, so it is hashed here). Returns the working directory."""
     shipped = job["workdir"]
-    if os.path.isfile(shipped["marker"]) and not workspace_state(job)[0]:
+    if whole is None:
+        whole = workspace_state(job)[0]
+    if os.path.isfile(shipped["marker"]) and not whole:
         os.remove(shipped["marker"])
         workdir.remove(shipped["dest"])
     work = os.path.join(job["run_dir"], workdir.WORK_DIR)
@@ -191,7 +194,7 @@ def prepare(params, check_mode=False):
     for sub in ("logs", "control", "nodes"):
         os.makedirs(os.path.join(job["run_dir"], sub), mode=0o755, exist_ok=True)
     if job.get("workdir"):
-        result["written"].append(make_room(job))
+        result["written"].append(make_room(job, result.get("workspace_present")))
     # The launch backend's own files (a batch script...), paths under the run directory.
     for name, text in sorted(((job.get("launch") or {}).get("files") or {}).items()):
         path = os.path.normpath(os.path.join(job["run_dir"], name))
