@@ -34,16 +34,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache"
-CLUSTER = ROOT / ".cluster"
-INVENTORY_DIR = ROOT / "inventories" / "local"
-
-PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", "mnds")
+# MNDS_CLUSTER_PREFIX names a second cluster beside the first (the suite's second lane of end-to-end tests):
+# its containers, network and volume carry the prefix, and its keys, inventory and mounts have folders of their
+# own (.cluster-<prefix>, inventories/local-<prefix>, .cache/mounts-<prefix>).  The node image is the same.
+DEFAULT_PREFIX = "mnds"
+PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", DEFAULT_PREFIX)
+SUFFIX = "" if PREFIX == DEFAULT_PREFIX else f"-{PREFIX}"
+CLUSTER = ROOT / f".cluster{SUFFIX}"
+INVENTORY_DIR = ROOT / "inventories" / f"local{SUFFIX}"
 NETWORK = f"{PREFIX}-net"
 VOLUME = f"{PREFIX}-shared"
 SHARED_MOUNT = "/shared"
 # A directory of this machine that every node sees at HOST_MOUNT, with mounts made under it later propagated to
 # the nodes: the tests put small file systems there (a shared disk that fills up).
-MOUNTS = CACHE / "mounts"
+MOUNTS = CACHE / f"mounts{SUFFIX}"
 HOST_MOUNT = "/mnt/host"
 SUITE = "bookworm"
 # What every node image carries.  python3-venv for the stack's venv, pdsh for
@@ -127,7 +131,7 @@ def debian_mirror() -> str:
 
 def image_name() -> str:
     digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES) + START_SCRIPT).encode()).hexdigest()[:10]
-    return f"localhost/{PREFIX}-node:{SUITE}-{digest}"
+    return f"localhost/{DEFAULT_PREFIX}-node:{SUITE}-{digest}"
 
 
 def ensure_image() -> str:
@@ -173,10 +177,10 @@ def ensure_image() -> str:
 
 def prune_old_images(keep: str, keep_tarball: Path) -> None:
     """Drop node images and tarballs of earlier package lists."""
-    for old in (CACHE / "image").glob(f"{PREFIX}-node_*.tar"):
+    for old in (CACHE / "image").glob(f"{DEFAULT_PREFIX}-node_*.tar"):
         if old != keep_tarball:
             old.unlink()
-    res = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{PREFIX}-node", check=False)
+    res = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{DEFAULT_PREFIX}-node", check=False)
     for ref in res.stdout.decode().split():
         if ref != keep:
             podman("rmi", ref, check=False)

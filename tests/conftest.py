@@ -50,6 +50,10 @@ def pytest_terminal_summary(terminalreporter):
         PHASES.note(what, seconds)
     setup = os.environ.get("MNDS_SETUP_SECONDS")
     record = PHASES.record(float(setup) if setup else None)
+    if "lanes" in sys.modules:  # the second lane's phases, from its own file, at their times in this session
+        other, started = sys.modules["lanes"].record()
+        if other is not None:
+            _phases.merge(record, other, started - PHASES.started, "lane b")
     path = _phases.write(record)
     terminalreporter.write_sep("=", "time by phase (%s)" % path.relative_to(ROOT))
     for line in _phases.lines(record):
@@ -79,7 +83,14 @@ def _gates():
     return _helper("quality", "gates")
 
 
-def pytest_collection_modifyitems(items):
+def _lanes():
+    return _helper("e2e", "lanes")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The second lane's end-to-end tests run in a process of their own (tests/e2e/lanes.py).
+    if any(item.get_closest_marker("e2e") is not None for item in items):
+        _lanes().split(config, items)
     # The tests that only wait for a quality gate run last: nothing else waits for the gates meanwhile.
     last = _gates().items(items)
     if last:
@@ -96,6 +107,8 @@ def pytest_collection_finish(session):
     _gates().start([item.name for item in _gates().items(session.items)])
     if e2e and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
         _early().start()
+        # The second lane, if split kept any of its tests, once this session's first site.yml ended.
+        _lanes().start(_early().done_event())
     # The Kubernetes tests' control plane, compiled the first time: in the background at the lowest priority.
     if any(item.get_closest_marker("k8s") is not None for item in session.items) \
             and os.environ.get("MNDS_E2E_EARLY", "1") != "0":
@@ -108,6 +121,12 @@ def _start_molecule(session, e2e):
                  and "scenario" in item.callspec.params)
     if chosen and os.environ.get("MNDS_MOLECULE_EARLY", "1") != "0":
         _scenarios().start(chosen, e2e=e2e)
+
+
+def pytest_sessionfinish(session):
+    # A session that ends before its second lane did (Ctrl-C, -x) stops it.
+    if "lanes" in sys.modules:
+        sys.modules["lanes"].stop()
 
 
 @pytest.hookimpl(tryfirst=True)

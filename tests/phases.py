@@ -11,7 +11,8 @@ import os
 import time
 from pathlib import Path
 
-OUTPUT = Path(__file__).resolve().parent / "output" / "test-phases.json"
+# The second lane of end-to-end tests (tests/e2e/lanes.py) writes its own file, which the first merges.
+OUTPUT = Path(os.environ.get("MNDS_PHASES_FILE") or Path(__file__).resolve().parent / "output" / "test-phases.json")
 
 
 def phase_of(nodeid):
@@ -65,6 +66,20 @@ class Phases:
                 "total_seconds": round(now - self.started + float(setup_seconds or 0.0), 1),
                 "tests": sum(p["tests"] for p in phases.values()), "phases": phases,
                 "background": dict(sorted(self.background.items()))}
+
+
+def merge(record, other, offset, label):
+    """``record`` with the phases and background work of ``other`` (another process's record, started ``offset``
+    seconds after this session), each name followed by `` (label)``, and its tests counted."""
+    for name, p in other.get("phases", {}).items():
+        wall = [round(p["wall"][0] + offset, 1), round(p["wall"][1] + offset, 1)]
+        record["phases"]["%s (%s)" % (name, label)] = dict(p, wall=wall)
+    record["phases"] = dict(sorted(record["phases"].items(), key=lambda kv: (_order(kv[0]), kv[0])))
+    for name, seconds in other.get("background", {}).items():
+        record["background"]["%s (%s)" % (name, label)] = seconds
+    record["background"] = dict(sorted(record["background"].items()))
+    record["tests"] = sum(p["tests"] for p in record["phases"].values())
+    return record
 
 
 def _order(name):

@@ -2,11 +2,12 @@
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 import early
-from e2e_nodes import localcluster
+from e2e_nodes import INVENTORY, localcluster, on_coord
 from early import Result, run_playbook  # noqa: F401  # pylint: disable=unused-import
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def cluster():
     if rc != 0:
         pytest.fail(f"scripts/localcluster.py up failed (rc={rc}):\n{out[-4000:]}", pytrace=False)
     print(f"local cluster up in {seconds:.0f}s")
-    yield ROOT / "inventories" / "local" / "hosts.yml"
+    yield INVENTORY
     if os.environ.get("CI") and not os.environ.get("MNDS_KEEP_CLUSTER"):
         subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "down"], cwd=ROOT, check=False)
 
@@ -57,3 +58,27 @@ def podman_fixture():
 @pytest.fixture(name="localcluster", scope="session")
 def localcluster_fixture():
     return localcluster
+
+
+def slurm_nodes():
+    return sorted(on_coord("sinfo -h -N -o '%N|%T'").stdout.split())
+
+
+@pytest.fixture(scope="module")
+def slurm(provisioned, run_playbook):
+    """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle, before a test that
+    runs with preflight=false (which would have stopped on a node Slurm does not hear from).  A node that an earlier
+    test restarted has no init system to start munge and slurmd again: the slurm role (site.yml's, alone:
+    files/slurm_again.yml) does, as it would after a real node's repair.  What Slurm said of a node that was not
+    idle is a warning in the session's summary, so that a loaded machine's lapse is seen, not only healed."""
+    idle = ["worker1|idle", "worker2|idle"]
+    out = slurm_nodes()
+    if out != idle:
+        said = on_coord("sinfo -R -N -h; tail -n 30 /var/log/slurm/slurmctld.log").stdout
+        warnings.warn(f"Slurm's workers were {out}, not idle; the slurm role starts them again. sinfo -R and "
+                      f"slurmctld's log:\n{said[-3000:]}", stacklevel=1)
+        res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "slurm_again.yml"), name="slurm-again")
+        assert res.rc == 0, res.tail()
+        out = slurm_nodes()
+    assert out == idle, out
+    return provisioned

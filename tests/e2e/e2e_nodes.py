@@ -7,6 +7,18 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The cluster this session's end-to-end tests use: the default one, or the second lane's (MNDS_CLUSTER_PREFIX, as
+# scripts/localcluster.py reads it; tests/e2e/lanes.py).  Its containers are <PREFIX>-<node>; its inventory and
+# keys are in folders of their own.
+PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", "mnds")
+SUFFIX = "" if PREFIX == "mnds" else f"-{PREFIX}"
+INVENTORY = ROOT / "inventories" / f"local{SUFFIX}" / "hosts.yml"
+CLUSTER_DIR = ROOT / f".cluster{SUFFIX}"
+
+
+def node_name(node):
+    """The container of the local cluster's ``node`` (coord, worker1, ...)."""
+    return f"{PREFIX}-{node}"
 
 
 def podman(*args, **kw):
@@ -22,8 +34,8 @@ def run_processes(node, run_id):
               f"grep -qx MULTINODE_DS_RUN_ID={run_id} && echo ${{p#/proc/}}; done; true")
     # As root and as the run's account: root in the container has no CAP_SYS_PTRACE, so it cannot read the
     # environment of another account's processes.
-    pids = podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split()
-    pids += podman("exec", "--user", "deepspeed", f"mnds-{node}", "sh", "-c", script).stdout.split()
+    pids = podman("exec", node_name(node), "sh", "-c", script).stdout.split()
+    pids += podman("exec", "--user", "deepspeed", node_name(node), "sh", "-c", script).stdout.split()
     return sorted(set(pids), key=int)
 
 
@@ -76,7 +88,7 @@ def wait_for_files(paths, seconds=30):
 
 def on_coord(command):
     """A shell command on the coordinator."""
-    return podman("exec", "mnds-coord", "sh", "-c", command)
+    return podman("exec", node_name("coord"), "sh", "-c", command)
 
 
 def rank_step(run_id, rank=0, attempt=None):
@@ -114,7 +126,7 @@ def start_train(args, name):
     """train.yml in the background, in a process group of its own (a test sends it Ctrl-C with os.killpg);
     returns (process, its open log file, the log's path)."""
     bin_dir = Path(sys.executable).parent
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PWD=str(ROOT),
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY=str(INVENTORY), PWD=str(ROOT),
                PATH=f"{bin_dir}:{os.environ.get('PATH', '')}")
     log = ROOT / "tests" / "output" / f"{name}-{int(time.time())}.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import background
+from e2e_nodes import INVENTORY
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
@@ -43,7 +44,7 @@ def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_
     cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
     if inventory:
         cmd += ["-i", str(inventory)]
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_INVENTORY=str(INVENTORY), ANSIBLE_FORCE_COLOR="0",
                PATH=f"{BIN}:{os.environ.get('PATH', '')}", PWD=str(cwd))
     env.update(env_extra or {})
     log = OUTPUT / f"{name or Path(playbook).stem}-{int(time.time())}.log"
@@ -94,6 +95,11 @@ def _work():
         _done.set()
         if scenarios is not None:
             scenarios.wheelhouse_ready.set()
+
+
+def done_event():
+    """Set once the early start ended (the cluster up and its first site.yml run, or failed)."""
+    return _done
 
 
 def started():

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import INVENTORY, node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-INVENTORY = ROOT / "inventories" / "local" / "hosts.yml"
 
 
 def podman(*args, **kw):
@@ -89,7 +89,7 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
         extra = [e.replace("BAD_DS_JSON", str(tmp_path / "bad-ds.json")) for e in extra]
     if name.startswith("port-in-use"):
         holder = subprocess.Popen(
-            ["podman", "exec", "mnds-worker1", "python3", "-c",
+            ["podman", "exec", node_name("worker1"), "python3", "-c",
              "import socket,time; s=socket.socket(); s.bind(('',29611)); s.listen(1); time.sleep(90)"],
             env={"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"})
         time.sleep(2)
@@ -102,12 +102,12 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
     finally:
         if holder:
             holder.kill()
-            podman("exec", "mnds-worker1", "pkill", "-f", "s.bind\\(\\(''.29611")
+            podman("exec", node_name("worker1"), "pkill", "-f", "s.bind\\(\\(''.29611")
     assert res.rc != 0, res.tail()
     flat = " ".join(res.out.split())
     for fragment in expected:
         assert fragment in flat, f"{fragment!r} not in the output:\n{res.tail(30)}"
-    assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+    assert podman("exec", node_name("coord"), "test", "-e", f"/shared/runs/{run_id}").returncode != 0
     assert "Start the run's agent" not in res.out
 
 
@@ -131,7 +131,7 @@ SITE_CASES = [
 
 def fake_gpu(node, fixture):
     """A fake nvidia-smi on the node that prints captured output (tests/fixtures/nvidia-smi/<fixture>)."""
-    name = f"mnds-{node}"
+    name = node_name(node)
     podman("exec", name, "mkdir", "-p", "/opt/mnds-fixtures", "/etc/multinode-deepspeed-test")
     assert podman("cp", str(FIXTURES / "nvidia-smi" / fixture), f"{name}:/opt/mnds-fixtures/nvidia-smi").returncode == 0
     assert podman("cp", str(FIXTURES / "bin" / "nvidia-smi"), f"{name}:/usr/local/bin/nvidia-smi").returncode == 0
@@ -139,7 +139,7 @@ def fake_gpu(node, fixture):
 
 
 def remove_fake_gpu(node):
-    podman("exec", f"mnds-{node}", "rm", "-rf", "/usr/local/bin/nvidia-smi", "/opt/mnds-fixtures",
+    podman("exec", node_name(node), "rm", "-rf", "/usr/local/bin/nvidia-smi", "/opt/mnds-fixtures",
            "/etc/multinode-deepspeed-test")
 
 
@@ -212,7 +212,7 @@ def test_more_bad_values_each_named_with_its_fix(provisioned, run_playbook, tmp_
     assert not missing, f"{missing} not in the output:\n{res.tail(30)}"
     assert flat.count("Fix:") >= len(expected)
     assert "Start the run's agent" not in res.out
-    assert podman("exec", "mnds-coord", "sh", "-c", "ls /shared/runs | grep -c '^e2e-bad-%s' || true" % name
+    assert podman("exec", node_name("coord"), "sh", "-c", "ls /shared/runs | grep -c '^e2e-bad-%s' || true" % name
                   ).stdout.strip() in ("", "0")
 
 

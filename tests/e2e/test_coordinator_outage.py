@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import NODES, finish, left_on, load_summary, on_coord, start_train
+from e2e_nodes import INVENTORY, NODES, finish, left_on, load_summary, on_coord, start_train
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ for tick in range(%d):
 
 
 def coordinator_address():
-    text = (ROOT / "inventories" / "local" / "hosts.yml").read_text()
+    text = INVENTORY.read_text()
     return re.search(r"coord:\s*\n\s*ansible_host:\s*(\S+)", text).group(1)
 
 

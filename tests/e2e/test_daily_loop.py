@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary
+from e2e_nodes import load_summary, node_name
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = Path(__file__).resolve().parent / "files" / "workdir"
@@ -85,7 +85,7 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
     dest = f"/shared/workspaces/{wd['id']}"
     assert summary["entrypoint"] == dest + "/train.py"
     # On the nodes: the script, its helper and data, not the ignored file; the ranks ran there.
-    listing = podman("exec", "mnds-worker2", "sh", "-c", f"cd {dest} && find . -type f | sort").stdout.split()
+    listing = podman("exec", node_name("worker2"), "sh", "-c", f"cd {dest} && find . -type f | sort").stdout.split()
     assert listing == ["./.gitignore", "./data/nonce.txt", "./data/points.txt", "./ds_config.json", "./helper.py",
                        "./train.py"]
     logs = "".join(p.read_text() for p in (tmp_path / "runs" / first_id / "logs").glob("*_rank*.log"))
@@ -119,7 +119,7 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
     assert copy_result(res.out) == "changed"
     # A marked workspace that something changed anyway (made writable, written) is found, removed and copied again.
     tamper = f"chmod u+w {dest}/data && echo x > {dest}/data/extra.txt"
-    assert podman("exec", "--user", "deepspeed", "mnds-worker1", "sh", "-c", tamper).returncode == 0
+    assert podman("exec", "--user", "deepspeed", node_name("worker1"), "sh", "-c", tamper).returncode == 0
     subprocess.run(["git", "-C", str(project), "checkout", "-q", "helper.py"], check=True)
     run_id = f"e2e-workdir-4-{int(time.time())}"
     res = run_playbook(str(ROOT / "train.yml"), "-e", f"workdir={project}", "-e", "entrypoint=train.py",
@@ -129,12 +129,14 @@ def test_workdir_ships_once_per_content_and_trains_with_tensorboard(provisioned,
     assert f"workspace {wd['id']} was marked whole and has changed since" in " ".join(res.out.split()), res.tail()
     again = json.loads((tmp_path / "runs" / run_id / "summary.json").read_text())["workdir"]
     assert again["id"] == wd["id"] and again["copied"] is True
-    listing = podman("exec", "mnds-worker2", "sh", "-c", f"cd {dest} && find . -type f | sort").stdout.split()
+    listing = podman("exec", node_name("worker2"), "sh", "-c", f"cd {dest} && find . -type f | sort").stdout.split()
     assert "./data/extra.txt" not in listing and "./train.py" in listing
 
 
 @pytest.mark.parametrize("backend", ["ssh-free", "slurm"])
-def test_workdir_on_the_other_backends(provisioned, run_playbook, tmp_path, backend):
+def test_workdir_on_the_other_backends(provisioned, run_playbook, tmp_path, backend, request):
+    if backend == "slurm":
+        request.getfixturevalue("slurm")  # preflight=false: the test sees that Slurm's workers are idle
     make_project(tmp_path)
     run_id = f"e2e-workdir-{backend}-{int(time.time())}"
     res = run_playbook("train.yml", "-e", f"backend={backend}", "-e", f"workdir={tmp_path / 'proj'}",
@@ -162,12 +164,12 @@ def test_the_seeds_config_is_refused_before_any_agent_and_a_scripts_own_mistake_
     assert ("ds_config: train_batch_size 32 ≠ micro batch 4 × accumulation 2 × world 2 — set train_batch_size to 16, "
             "or remove it and DeepSpeed derives it") in flat
     # fp16 is refused where DeepSpeed's CPU accelerator has no fp16 kernels (this CPU may have AVX512-FP16).
-    has_fp16 = podman("exec", "mnds-worker1", VENV_PY, "-c",
+    has_fp16 = podman("exec", node_name("worker1"), VENV_PY, "-c",
                       "import torch; print(torch.ops.mkldnn._is_mkldnn_fp16_supported())").stdout.strip()
     assert has_fp16 in ("True", "False")
     assert ("ds_config: fp16.enabled on CPU workers" in flat) == (has_fp16 == "False")
     # Nothing started, nothing written: no run directory, no agent.
-    assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+    assert podman("exec", node_name("coord"), "test", "-e", f"/shared/runs/{run_id}").returncode != 0
     assert "TASK [Start the agent" not in res.out
     # The same mistake in the script's own dict: DeepSpeed asserts in the ranks, and the diagnosis words it.
     run_id = f"e2e-dscfg-inline-{int(time.time())}"
@@ -239,7 +241,7 @@ def test_bad_inputs_fail_before_the_nodes_change(provisioned, run_playbook, podm
     name, extra, expected = case
     make_project(tmp_path)
     run_id = f"e2e-bad23-{name}-{int(time.time())}"
-    before = podman("exec", "mnds-coord", "ls", "-a", "/shared/workspaces").stdout
+    before = podman("exec", node_name("coord"), "ls", "-a", "/shared/workspaces").stdout
     args = []
     for e in extra + [f"run_id={run_id}"]:
         args += ["-e", e]
@@ -249,5 +251,5 @@ def test_bad_inputs_fail_before_the_nodes_change(provisioned, run_playbook, podm
     assert "The job cannot start:" in flat, res.tail()
     for fragment in expected:
         assert fragment in flat, f"{fragment!r} not in the output:\n{res.tail(30)}"
-    assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
-    assert podman("exec", "mnds-coord", "ls", "-a", "/shared/workspaces").stdout == before
+    assert podman("exec", node_name("coord"), "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+    assert podman("exec", node_name("coord"), "ls", "-a", "/shared/workspaces").stdout == before

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import (left_on, load_summary, localcluster, on_coord, podman, rank_step, run_processes, start_train,
-                       when_step)
+from e2e_nodes import (left_on, load_summary, localcluster, node_name, on_coord, podman, rank_step, run_processes,
+                       start_train, when_step)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def fault_at_step_10(run_playbook, run_id, fault, args, name):
 
 def test_a_node_stopped_mid_run_is_named_first(provisioned, run_playbook, worker2_back):
     run_id = f"e2e-lost-{int(time.time())}"
-    res, took = fault_at_step_10(run_playbook, run_id, lambda: podman("stop", "-t", "0", "mnds-worker2"), [],
+    res, took = fault_at_step_10(run_playbook, run_id, lambda: podman("stop", "-t", "0", node_name("worker2")), [],
                                  "lost-node")
     print(f"the play failed {took:.1f}s after worker2 stopped")
     assert took < 60
@@ -60,15 +60,15 @@ def test_a_worker_pdsh_cannot_log_in_to_is_named_at_once(provisioned, run_playbo
     run_id = f"e2e-nologin-{int(time.time())}"
     reach = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "reach.yml"), name="nologin-reach")
     assert reach.rc == 0, reach.tail()
-    pid = podman("exec", "mnds-worker2", "cat", "/run/sshd.pid").stdout.strip()
-    podman("exec", "mnds-worker2", "kill", pid)
+    pid = podman("exec", node_name("worker2"), "cat", "/run/sshd.pid").stdout.strip()
+    podman("exec", node_name("worker2"), "kill", pid)
     try:
         t0 = time.time()
         res = run_playbook("train.yml", "-e", "steps=100000", "-e", f"run_id={run_id}", "-e", "preflight=false",
                            name="nologin")
         took = time.time() - t0
     finally:
-        podman("exec", "mnds-worker2", "/usr/sbin/sshd", "-E", "/var/log/sshd.log")
+        podman("exec", node_name("worker2"), "/usr/sbin/sshd", "-E", "/var/log/sshd.log")
     print(f"the play failed after {took:.1f}s")
     assert res.rc != 0 and took < 60, res.tail()
     flat = " ".join(res.out.split())

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ WORKERS = ("worker1", "worker2")
 
 def as_run_user(podman, node, script):
     """A shell script on ``node`` as the account the ranks run as (it owns the ops' directory)."""
-    return podman("exec", "--user", "deepspeed", "mnds-%s" % node, "sh", "-c", script)
+    return podman("exec", "--user", "deepspeed", node_name(node), "sh", "-c", script)
 
 
 def kill_a_compile(podman, node):

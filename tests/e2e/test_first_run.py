@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def podman_exec(node, *cmd):
     env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["podman", "exec", f"mnds-{node}", *cmd], env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(["podman", "exec", node_name(node), *cmd], env=env, capture_output=True, text=True, check=False)
 
 
 def startup_seconds(run):

@@ -11,13 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-import test_slurm_cluster
 import yaml
-from e2e_nodes import NODES, finish, left_on, load_summary, on_coord, podman, start_train, when_step
+from e2e_nodes import (INVENTORY, NODES, finish, left_on, load_summary, node_name, on_coord, podman, start_train,
+                       when_step)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-slurm = test_slurm_cluster.slurm  # the fixture: Slurm answers and both workers are idle
 TINY = ["-e", "model=llama-tiny", "-e", "preflight=false"]
 
 
@@ -25,7 +24,7 @@ def run_left(node, run_id):
     """The run's processes on ``node`` by their command lines (a process started through deploy's sudo may hide
     its environment from the container's root, so run_processes cannot see it); not the switch's shell."""
     script = f"ps -eo pid=,args= | grep -F -e '{run_id}' | grep -v -e 'read -r why' -e grep || true"
-    return podman("exec", f"mnds-{node}", "sh", "-c", script).stdout.split("\n")[:-1]
+    return podman("exec", node_name(node), "sh", "-c", script).stdout.split("\n")[:-1]
 
 
 def close_masters(cp_dir):
@@ -47,7 +46,7 @@ def test_a_coordinator_that_does_not_answer_for_seconds_does_not_end_the_run(pro
     (connection refused), the watch tries again with backoff, and the run ends well."""
     run_id = f"e2e-flaky-status-{int(time.time())}"
     script = "/shared/user/runs_for.py"
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", f"mkdir -p /shared/user && chown deepspeed /shared/user && "
+    res = podman("exec", "-i", node_name("coord"), "sh", "-c", f"mkdir -p /shared/user && chown deepspeed /shared/user && "
                  f"cat > {script}", input=RUNS_FOR)
     assert res.returncode == 0, res.stderr
     # Its own ControlPath directory, short: a socket's path has at most 107 bytes (tmp_path's are too long).
@@ -113,9 +112,9 @@ def deploy_inventory(provisioned, tmp_path):
               "cp /root/.ssh/authorized_keys ~deploy/.ssh/; chown -R deploy: ~deploy/.ssh; chmod 700 ~deploy/.ssh; "
               "echo 'deploy ALL=(ALL) NOPASSWD: ALL' > /etc/sudoers.d/deploy; chmod 440 /etc/sudoers.d/deploy")
     for node in NODES:
-        res = podman("exec", f"mnds-{node}", "sh", "-c", script)
+        res = podman("exec", node_name(node), "sh", "-c", script)
         assert res.returncode == 0, res.stderr
-    hosts = yaml.safe_load((ROOT / "inventories" / "local" / "hosts.yml").read_text())
+    hosts = yaml.safe_load(INVENTORY.read_text())
     # In a group of their own, as in the examples: the implicit localhost (the "all" group's) does not become.
     hosts["all"]["children"] = {"cluster": {"vars": {"ansible_user": "deploy", "ansible_become": True},
                                             "children": hosts["all"]["children"]}}

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ def podman(*args, **kw):
 
 
 def coord(script, check=True):
-    res = podman("exec", "mnds-coord", "sh", "-c", script)
+    res = podman("exec", node_name("coord"), "sh", "-c", script)
     if check:
         assert res.returncode == 0, (script, res.stdout, res.stderr)
     return res
@@ -109,7 +110,7 @@ def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
     # A doctored history whose earlier runs were three times faster than the last: the last run is flagged.
     last = entries[-1]
     fast = dict(entries[0], metrics=dict((k, v * 3 if k in RATES else v) for k, v in last["metrics"].items()))
-    podman("exec", "-i", "mnds-coord", "sh", "-c", "cat > /tmp/doctored.jsonl",
+    podman("exec", "-i", node_name("coord"), "sh", "-c", "cat > /tmp/doctored.jsonl",
            input="".join(json.dumps(e) + "\n" for e in (fast, last)))
     flagged = coord(f"{PY} -m multinode_ds.bench history --bench-dir {BENCH_DIR} --history /tmp/doctored.jsonl"
                     " --threshold 10").stdout
@@ -118,7 +119,7 @@ def test_benchmark_schedule_history_and_comparison(provisioned, run_playbook):
     assert "REGRESSION latency" not in flagged and "REGRESSION scaling" not in flagged, flagged
     # The same history with the earlier run equal to the last: nothing is flagged.
     same = dict(entries[0], metrics=dict(last["metrics"]))
-    podman("exec", "-i", "mnds-coord", "sh", "-c", "cat > /tmp/same.jsonl",
+    podman("exec", "-i", node_name("coord"), "sh", "-c", "cat > /tmp/same.jsonl",
            input="".join(json.dumps(e) + "\n" for e in (same, last)))
     calm = coord(f"{PY} -m multinode_ds.bench history --bench-dir {BENCH_DIR} --history /tmp/same.jsonl").stdout
     assert "REGRESSION" not in calm and "no drop of more than 10%" in calm, calm

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import KUBECONFIG, K8S, k8s_build, k8s_exists, k8s_local, k8s_read, on_coord, start_train
+from e2e_nodes import K8S, KUBECONFIG, k8s_build, k8s_exists, k8s_local, k8s_read, node_name, on_coord, start_train
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
 # The pods here are placed but never run (no kubelet): an image name no registry serves, its check off.
@@ -291,7 +291,7 @@ def test_k8s_apply_false_writes_the_manifests_only(api, run_playbook):
     assert "k8s_apply=false" in res.out and "kubectl apply -f" in res.out
     assert not k8s_exists(api, "Service", f"mnds-{run_id}", "default")
     # What the user would apply is accepted as is by the real apiserver (a server-side dry run).
-    listing = subprocess.run(["podman", "exec", "mnds-coord", "cat", f"/shared/runs/{run_id}/k8s/objects.json"],
+    listing = subprocess.run(["podman", "exec", node_name("coord"), "cat", f"/shared/runs/{run_id}/k8s/objects.json"],
                              env={"CONTAINERS_CONF": str(ROOT / ".cache/podman/containers.conf"),
                                   "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True)
     service, *pods = json.loads(listing.stdout)

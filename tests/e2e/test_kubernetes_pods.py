@@ -20,7 +20,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_nodes import K8S, KUBECONFIG, k8s_build, k8s_exists, k8s_local, k8s_read, load_summary, podman, start_train
+from e2e_nodes import (CLUSTER_DIR, K8S, KUBECONFIG, PREFIX, k8s_build, k8s_exists, k8s_local, k8s_read, load_summary, node_name,
+                       podman, start_train)
 from early import run_playbook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
@@ -42,7 +43,7 @@ def node_processes():
 
 
 def volume_path():
-    res = podman("volume", "inspect", "mnds-shared", "--format", "{{.Mountpoint}}")
+    res = podman("volume", "inspect", f"{PREFIX}-shared", "--format", "{{.Mountpoint}}")
     assert res.returncode == 0, res.stderr
     return res.stdout.strip()
 
@@ -391,7 +392,7 @@ def test_a_node_that_stops_reporting_gets_the_next_attempts_pods_elsewhere(node)
         for service in (name, name + "-a2"):
             assert not k8s_exists(node, "Service", service, "default")
         # The last attempt gave the model's checkpoint lock back (the next run of llama-tiny may start at once).
-        assert podman("exec", "mnds-coord", "test", "!", "-e", "/shared/checkpoints/llama-tiny.lock").returncode == 0
+        assert podman("exec", node_name("coord"), "test", "!", "-e", "/shared/checkpoints/llama-tiny.lock").returncode == 0
         assert not k8s_read(node["core"].read_node, node["node"])["spec"].get("unschedulable")
         assert not k8s_read(node["core"].read_node, "lost-node")["spec"].get("unschedulable")
     finally:
@@ -445,9 +446,9 @@ def test_the_image_holds_no_key_token_or_password(registry):
         return urllib.request.urlopen(req, timeout=120)
     tag = registry["ref"].rsplit(":", 1)[1]
     manifest = json.loads(get("manifests/" + tag, "application/vnd.oci.image.manifest.v1+json").read())
-    key = ROOT / ".cluster" / "id_ed25519"
+    key = CLUSTER_DIR / "id_ed25519"
     known = [line.encode() for line in key.read_text().splitlines()[1:-1]] if key.exists() else []
-    munge = subprocess.run(["podman", "exec", "mnds-coord", "cat", "/etc/munge/munge.key"], capture_output=True,
+    munge = subprocess.run(["podman", "exec", node_name("coord"), "cat", "/etc/munge/munge.key"], capture_output=True,
                            check=False).stdout
     known += [munge[i:i + 64] for i in range(0, len(munge) - 63, 256)] if len(munge) >= 64 else []
     hits, files = [], 0

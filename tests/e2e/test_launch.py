@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary, podman, run_processes, wait_for_files
+from e2e_nodes import load_summary, node_name, podman, run_processes, wait_for_files
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def files_of(root):
 
 def cluster_files(run_id):
     """The run directory's files on the coordinator but its checkpoints: relative path -> (mode, sha256)."""
-    res = podman("exec", "mnds-coord", "sh", "-c", f"cd /shared/runs/{run_id} && find . -name checkpoints -prune "
+    res = podman("exec", node_name("coord"), "sh", "-c", f"cd /shared/runs/{run_id} && find . -name checkpoints -prune "
                  "-o -name attempts -prune -o -type f -printf '%m %p\\n' | while read -r m p; do "
                  "printf '%s %s %s\\n' \"$m\" \"$(sha256sum \"$p\" | cut -d' ' -f1)\" \"${p#./}\"; done")
     assert res.returncode == 0, res.stderr
@@ -70,7 +70,7 @@ def cluster_files(run_id):
 @pytest.mark.parametrize("backend", ["pdsh", "ssh-free"])
 def test_users_own_deepspeed_script_runs_unmodified(provisioned, run_playbook, backend):
     script = (Path(__file__).parent / "files" / "user_ds_script.py").read_bytes()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
+    res = podman("exec", "-i", node_name("coord"), "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
                  input=script.decode())
     assert res.returncode == 0, res.stderr
     run_id = f"e2e-user-{backend}-{int(time.time())}"
@@ -85,7 +85,7 @@ def test_users_own_deepspeed_script_runs_unmodified(provisioned, run_playbook, b
     summary = load_summary(run_id)
     assert summary["status"] == "success", summary["problems"]
     assert summary["entrypoint"] == "/shared/user/train_mlp.py" and summary["exit_status"] == 0
-    done = podman("exec", "mnds-coord", "sh", "-c", f"cat {out}/rank*.done").stdout.split("\n")
+    done = podman("exec", node_name("coord"), "sh", "-c", f"cat {out}/rank*.done").stdout.split("\n")
     assert sorted(filter(None, done)) == ["worker1 2", "worker2 2"]
     logs = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "logs").glob("*_rank*.log"))
     assert "user-script rank 0/2 on worker1 step 6" in logs and "user-script rank 1/2 on worker2 step 6" in logs
@@ -94,11 +94,11 @@ def test_users_own_deepspeed_script_runs_unmodified(provisioned, run_playbook, b
 def _kill_rank_when_running(run_id, host, min_step, deadline):
     """SIGKILL the rank process on ``host`` once rank metrics show ``min_step``."""
     while time.time() < deadline:
-        res = podman("exec", "mnds-coord", "sh", "-c",
+        res = podman("exec", node_name("coord"), "sh", "-c",
                      f"tail -n1 /shared/runs/{run_id}/metrics/rank1.jsonl 2>/dev/null")
         try:
             if json.loads(res.stdout).get("step", 0) >= min_step:
-                podman("exec", f"mnds-{host}", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train")
+                podman("exec", node_name(host), "pkill", "-9", "-f", "--", "-u -m multinode_ds.train")
                 return time.time()
         except ValueError:
             pass
@@ -160,7 +160,7 @@ def test_ctrl_c_on_the_controller_stops_the_run_on_every_node(provisioned):
                                 start_new_session=True)
         deadline = time.time() + 300
         while time.time() < deadline:
-            res = podman("exec", "mnds-coord", "sh", "-c",
+            res = podman("exec", node_name("coord"), "sh", "-c",
                          f"tail -n1 /shared/runs/{run_id}/metrics/rank0.jsonl 2>/dev/null")
             try:
                 if json.loads(res.stdout).get("step", 0) >= 3:
@@ -184,7 +184,7 @@ def test_ctrl_c_on_the_controller_stops_the_run_on_every_node(provisioned):
     took = time.time() - interrupted
     assert not any(left.values()), f"still running after Ctrl-C: {left}"
     print(f"every node stopped {took:.1f}s after Ctrl-C")
-    abort = json.loads(podman("exec", "mnds-coord", "cat", f"/shared/runs/{run_id}/control/ABORT").stdout)
+    abort = json.loads(podman("exec", node_name("coord"), "cat", f"/shared/runs/{run_id}/control/ABORT").stdout)
     # The watch's own record, or its dead man's switch's (the SSH session that ends with the watch's process),
     # never the lease (45 s later).
     assert abort["reason"] in ("interrupted on the controller", "the controller went away (interrupted or killed)")

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import INVENTORY, node_name
 
 
 pytestmark = pytest.mark.e2e
@@ -16,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def podman_exec(node, *cmd):
     env = {"CONTAINERS_CONF": str(ROOT / ".cache" / "podman" / "containers.conf"), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(["podman", "exec", f"mnds-{node}", *cmd], env=env, capture_output=True, text=True, check=False)
+    return subprocess.run(["podman", "exec", node_name(node), *cmd], env=env, capture_output=True, text=True, check=False)
 
 
 def version_rows(out):
@@ -156,4 +157,4 @@ def test_installed_collection_trains(provisioned, run_playbook, tmp_path):
 
 
 def provisioned_inventory():
-    return ROOT / "inventories" / "local" / "hosts.yml"
+    return INVENTORY

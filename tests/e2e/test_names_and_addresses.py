@@ -7,11 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import CLUSTER_DIR, INVENTORY, PREFIX, node_name
 import yaml
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-INVENTORY = ROOT / "inventories" / "local" / "hosts.yml"
 HOSTS_PLAY = str(ROOT / "tests" / "e2e" / "files" / "cluster_hosts.yml")
 ALIASES = {"worker1": "gpu-a1", "worker2": "gpu-a2"}
 
@@ -22,15 +22,15 @@ def addresses():
 
 
 def test_restarted_and_reconnected_node_keeps_its_address(provisioned, podman, localcluster, run_playbook):
-    before, known = addresses(), (ROOT / ".cluster" / "known_hosts").read_text()
-    assert podman("stop", "-t", "2", "mnds-worker2").returncode == 0
+    before, known = addresses(), (CLUSTER_DIR / "known_hosts").read_text()
+    assert podman("stop", "-t", "2", node_name("worker2")).returncode == 0
     t0 = time.time()
     res = localcluster("up")
     assert res.returncode == 0, res.stderr
     print(f"worker2 restarted and checked in {time.time() - t0:.1f}s")
-    assert "started mnds-worker2 again (address %s kept)" % before["worker2"] in res.stderr
+    assert "started %s again (address %s kept)" % (node_name("worker2"), before["worker2"]) in res.stderr
     assert "every node resolves coord, worker1, worker2 to its fixed address" in res.stderr
-    assert addresses() == before and (ROOT / ".cluster" / "known_hosts").read_text() == known
+    assert addresses() == before and (CLUSTER_DIR / "known_hosts").read_text() == known
     # A network cut and its repair (the fault tests' tool) keep it too.
     try:
         assert localcluster("disconnect", "worker2").returncode == 0
@@ -40,14 +40,14 @@ def test_restarted_and_reconnected_node_keeps_its_address(provisioned, podman, l
         assert localcluster("connect", "worker2").returncode == 0
     res = localcluster("check")
     assert res.returncode == 0, res.stderr
-    inspect = podman("inspect", "-f", '{{(index .NetworkSettings.Networks "mnds-net").IPAddress}}', "mnds-worker2")
+    inspect = podman("inspect", "-f", '{{(index .NetworkSettings.Networks "%s-net").IPAddress}}' % PREFIX, node_name("worker2"))
     assert inspect.stdout.strip() == before["worker2"]
     # Whatever the container runtime did to worker2's /etc/hosts at its restart, the role's block is there
     # afterwards, and Ansible reaches every node at the old address with the old host keys.
     res = run_playbook(HOSTS_PLAY, name="cluster-hosts-restore")
     assert res.rc == 0, res.tail()
     assert res.recap()["worker1"]["changed"] == 0, res.recap()
-    hosts = podman("exec", "mnds-worker2", "cat", "/etc/hosts").stdout
+    hosts = podman("exec", node_name("worker2"), "cat", "/etc/hosts").stdout
     assert hosts.startswith("# BEGIN multinode-deepspeed cluster names\n"), hosts
     assert f"{before['worker2']} worker2\n" in hosts
 
@@ -76,7 +76,7 @@ def test_names_without_dns_come_from_the_cluster_hosts_role(provisioned, run_pla
         # The inventory says cluster_hosts_file: false (the site's DNS names the nodes); here it does not.
         res = run_playbook(HOSTS_PLAY, inventory=off, name="cluster-hosts-off")
         assert res.rc == 0, res.tail()
-        assert "multinode-deepspeed cluster names" not in podman("exec", "mnds-coord", "cat", "/etc/hosts").stdout
+        assert "multinode-deepspeed cluster names" not in podman("exec", node_name("coord"), "cat", "/etc/hosts").stdout
         res = run_playbook("preflight.yml", "-e", "backend=ssh-free", inventory=off, name="preflight-names-off")
         assert res.rc != 0
         verdicts = names_verdicts(res.out)
@@ -88,7 +88,7 @@ def test_names_without_dns_come_from_the_cluster_hosts_role(provisioned, run_pla
         # The role on (the default): every node resolves gpu-a1 and gpu-a2 from /etc/hosts.
         res = run_playbook(HOSTS_PLAY, inventory=on, name="cluster-hosts-on")
         assert res.rc == 0, res.tail()
-        hosts = podman("exec", "mnds-worker1", "getent", "hosts", "gpu-a2").stdout.split()
+        hosts = podman("exec", node_name("worker1"), "getent", "hosts", "gpu-a2").stdout.split()
         assert hosts[:2] == [addresses()["worker2"], "gpu-a2"], hosts
         res = run_playbook("preflight.yml", "-e", "backend=ssh-free", inventory=on, name="preflight-names-on")
         verdicts = names_verdicts(res.out)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from e2e_nodes import node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +26,7 @@ def podman(*args, check=False):
 
 
 def node_sh(node, script, check=True):
-    res = podman("exec", f"mnds-{node}", "sh", "-c", script)
+    res = podman("exec", node_name(node), "sh", "-c", script)
     if check:
         assert res.returncode == 0, (node, script, res.stdout, res.stderr)
     return res
@@ -155,7 +156,7 @@ def test_another_deepspeed_on_one_worker(provisioned, run_playbook):
     current = node_sh("worker2", f"find / -xdev -name 'deepspeed-{installed}-*.whl' -path '*wheel*' 2>/dev/null | head -1")
     current = current.stdout.strip()
     assert current, "the node's copy of the deepspeed wheel is missing"
-    podman("cp", str(other[0]), f"mnds-worker2:/tmp/{other[0].name}", check=True)
+    podman("cp", str(other[0]), node_name("worker2") + f":/tmp/{other[0].name}", check=True)
     node_sh("worker2", f"{VENV}/bin/pip install -q --no-deps --no-index --force-reinstall /tmp/{other[0].name}")
     try:
         res = run_preflight(run_playbook, "preflight-deepspeed")
@@ -172,7 +173,7 @@ def test_another_deepspeed_on_one_worker(provisioned, run_playbook):
 def test_master_port_taken_stops_train_before_the_launch(provisioned, run_playbook):
     # The master is the first rank node, worker1; something else listens on the job's port there.
     marker = "mnds-e2e-port-holder"
-    podman("exec", "-d", "mnds-worker1", "python3", "-c",
+    podman("exec", "-d", node_name("worker1"), "python3", "-c",
            "import socket, time; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
            "s.bind(('', 29500)); s.listen(); time.sleep(300)", marker, check=True)
     run_id = f"e2e-preflight-port-{int(time.time())}"

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import NODES, finish, left_on, load_summary, localcluster, on_coord, podman, start_train, when_step
+from e2e_nodes import (NODES, finish, left_on, load_summary, localcluster, node_name, on_coord, podman, start_train,
+                       when_step)
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,7 +23,7 @@ def _losses(run_id, attempt):
 def put_user_script(name, as_name):
     """tests/e2e/files/<name> as the user's script /shared/user/<as_name>, readable by the run's account."""
     script = (Path(__file__).parent / "files" / name).read_text()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && "
+    res = podman("exec", "-i", node_name("coord"), "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && "
                  f"cat > /shared/user/{as_name}", input=script)
     assert res.returncode == 0, res.stderr
 
@@ -42,7 +43,7 @@ def train_with_fault(run_playbook, run_id, fault, extra, name):
 
 def test_a_killed_rank_is_retried_from_the_newest_checkpoint_on_the_same_nodes(provisioned, run_playbook):
     run_id = f"e2e-recover-kill-{int(time.time())}"
-    kill = ["exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train"]
+    kill = ["exec", node_name("worker2"), "pkill", "-9", "-f", "--", "-u -m multinode_ds.train"]
     res, summary = train_with_fault(run_playbook, run_id, lambda: podman(*kill), ["-e", "restarts=2"], "recover-kill")
     first, second = summary["attempts"]
     print(f"fault to the next attempt's first step: {second['fault_to_first_step']} s; goodput {summary['goodput']}")
@@ -100,25 +101,25 @@ def test_a_spent_budget_names_every_attempt_and_its_cause(provisioned, run_playb
 def worker2_back(provisioned, run_playbook):
     """worker2 running again at its address with the cluster's names afterwards, whatever the test did to it."""
     yield
-    podman("start", "mnds-worker2")
+    podman("start", node_name("worker2"))
     assert localcluster("up").returncode == 0
     res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "cluster_hosts.yml"), name="cluster-hosts-after-recovery")
     assert res.rc == 0, res.tail()
 
 
 def _stop_worker2():
-    podman("stop", "-t", "0", "mnds-worker2")
+    podman("stop", "-t", "0", node_name("worker2"))
 
 
 def _start_worker2():
     """worker2 started again, back on the cluster network at its own address (as a rebooted machine comes back)."""
-    podman("start", "mnds-worker2")
+    podman("start", node_name("worker2"))
     localcluster("connect", "worker2")
 
 
 def _stop_then_start(seconds):
     """Stop worker2 (a node lost), then start it again ``seconds`` later in the background."""
-    podman("stop", "-t", "0", "mnds-worker2")
+    podman("stop", "-t", "0", node_name("worker2"))
     threading.Timer(seconds, _start_worker2).start()
 
 
@@ -237,7 +238,7 @@ def _rank_log_says(run_id, attempt, rank, text, seconds=300):
 def test_a_users_script_resumes_from_its_own_checkpoint_across_a_killed_rank(provisioned, run_playbook):
     put_user_script("user_resume_script.py", "resume_mlp.py")
     run_id = f"e2e-recover-user-{int(time.time())}"
-    kill = ["exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u /shared/user/resume_mlp.py"]
+    kill = ["exec", node_name("worker2"), "pkill", "-9", "-f", "--", "-u /shared/user/resume_mlp.py"]
     at = {}
     t = threading.Thread(target=lambda: at.setdefault(
         "kill", _rank_log_says(run_id, 1, 0, "step 9 ") and podman(*kill)))

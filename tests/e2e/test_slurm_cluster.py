@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import NODES, left_on, load_summary, on_coord, podman, start_train, when_step
+from e2e_nodes import NODES, left_on, load_summary, node_name, on_coord, podman, start_train, when_step
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,20 +27,6 @@ def sacct_state(job_id, seconds=20):
             break
         time.sleep(1)
     return state
-
-
-@pytest.fixture(scope="module")
-def slurm(provisioned, run_playbook):
-    """The session's site.yml ran with -e slurm=true: Slurm answers and both workers are idle.  A node that an
-    earlier test restarted has no init system to start munge and slurmd again: the slurm role (site.yml's, alone:
-    files/slurm_again.yml) does, as it would after a real node's repair."""
-    out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
-    if sorted(out) != ["worker1|idle", "worker2|idle"]:
-        res = run_playbook(str(ROOT / "tests" / "e2e" / "files" / "slurm_again.yml"), name="slurm-again")
-        assert res.rc == 0, res.tail()
-        out = on_coord("sinfo -h -N -o '%N|%T'").stdout.split()
-    assert sorted(out) == ["worker1|idle", "worker2|idle"], out
-    return provisioned
 
 
 def test_train_through_slurm_leaves_a_completed_job(slurm, run_playbook):
@@ -78,7 +64,7 @@ def test_train_through_slurm_leaves_a_completed_job(slurm, run_playbook):
 
 def test_users_own_deepspeed_script_through_slurm(slurm, run_playbook):
     script = (Path(__file__).parent / "files" / "user_ds_script.py").read_text()
-    res = podman("exec", "-i", "mnds-coord", "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
+    res = podman("exec", "-i", node_name("coord"), "sh", "-c", "mkdir -p /shared/user && chown deepspeed /shared/user && cat > /shared/user/train_mlp.py",
                  input=script)
     assert res.returncode == 0, res.stderr
     run_id = f"e2e-slurm-user-{int(time.time())}"
@@ -114,7 +100,7 @@ def train_with_fault(run_playbook, run_id, step, fault, name):
 def test_a_killed_rank_ends_the_job_on_every_node_and_names_the_rank(slurm, run_playbook):
     run_id = f"e2e-slurm-kill-{int(time.time())}"
     res, took = train_with_fault(run_playbook, run_id, 5, lambda: podman(
-        "exec", "mnds-worker2", "pkill", "-9", "-f", "--", "-u -m multinode_ds.train"), "slurm-killed-rank")
+        "exec", node_name("worker2"), "pkill", "-9", "-f", "--", "-u -m multinode_ds.train"), "slurm-killed-rank")
     assert took < 60, f"the playbook ended {took:.0f}s after the kill"
     print(f"the play failed {took:.1f}s after the kill")
     flat = " ".join(res.out.split())
@@ -190,7 +176,7 @@ def test_slurm_submit_false_writes_a_batch_script_that_runs_by_hand(slurm, run_p
     assert on_coord(f"sacct -n -X --name=mnds-{run_id} -o JobID").stdout.strip() == ""
     # The run handed to the user has its secrets on every rank node already, owned by the run's (non-root) user.
     for node in ("worker1", "worker2"):
-        got = podman("exec", f"mnds-{node}", "stat", "-c", "%U %a",
+        got = podman("exec", node_name(node), "stat", "-c", "%U %a",
                      f"/opt/multinode-deepspeed/secrets/runs/{run_id}.json").stdout.split()
         assert got == ["deepspeed", "600"], (node, got)
     job_id = on_coord(f"su -s /bin/sh deepspeed -c 'sbatch --parsable {script}'").stdout.strip()
@@ -261,7 +247,7 @@ def test_a_node_given_back_that_slurm_does_not_hear_from_stops_the_play_before_t
     """-e unquarantine= resumes a node a run drained, then waits until Slurm hears from it: a node whose slurmd is
     gone stays IDLE* (not responding) and the play stops naming it, before the run's directory is written."""
     run_id = f"e2e-slurm-mute-{int(time.time())}"
-    podman("exec", "mnds-worker2", "pkill", "-x", "slurmd")
+    podman("exec", node_name("worker2"), "pkill", "-x", "slurmd")
     try:
         on_coord(f"scontrol update nodename=worker2 state=down reason='multinode-deepspeed: lost in run {run_id}'")
         res = run_playbook("train.yml", "-e", "backend=slurm", "-e", "steps=5", "-e", f"run_id={run_id}",
@@ -272,6 +258,6 @@ def test_a_node_given_back_that_slurm_does_not_hear_from_stops_the_play_before_t
         assert "Fix: start slurmd there" in flat
         assert on_coord(f"test -e /shared/runs/{run_id}").returncode != 0
     finally:
-        podman("exec", "mnds-worker2", "/etc/init.d/slurmd", "start")
+        podman("exec", node_name("worker2"), "/etc/init.d/slurmd", "start")
         on_coord("scontrol update nodename=worker2 state=resume")
         wait_both_idle(60)

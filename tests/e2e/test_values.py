@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import podman
+from e2e_nodes import node_name, podman
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ HOSTILE_ENV = "$(touch %s-env); `touch %s-env2`" % (PWNED, PWNED)
 
 
 def on(node, command):
-    return podman("exec", f"mnds-{node}", "sh", "-c", command)
+    return podman("exec", node_name(node), "sh", "-c", command)
 
 
 def pwned_anywhere(run_dir=None):
@@ -59,11 +59,11 @@ HOME_ENV_LINE = "NCCL_DEBUG_FILE=/tmp/x$(touch %s-home)" % PWNED
 @pytest.fixture(scope="module")
 def echo_script(provisioned):
     on("coord", "mkdir -p '%s'" % SCRIPT_DIR)
-    assert podman("exec", "-i", "mnds-coord", "sh", "-c", "cat > \"$0\"", SCRIPT, input=ECHO).returncode == 0
+    assert podman("exec", "-i", node_name("coord"), "sh", "-c", "cat > \"$0\"", SCRIPT, input=ECHO).returncode == 0
     for node in NODES:
         on(node, "rm -f %s*" % PWNED)
     home_env = on("coord", "echo ~deepspeed/.deepspeed_env").stdout.strip()
-    assert podman("exec", "-i", "mnds-coord", "sh", "-c", "cat >> \"$0\"", home_env,
+    assert podman("exec", "-i", node_name("coord"), "sh", "-c", "cat >> \"$0\"", home_env,
                   input=HOME_ENV_LINE + "\n").returncode == 0
     yield SCRIPT
     on("coord", "sed -i '/mnds-pwned-home/d' %s" % home_env)
@@ -100,7 +100,10 @@ def test_traversals_and_injections_the_plan_refuses_stop_the_play_first(provisio
 
 
 @pytest.mark.parametrize("backend", ["pdsh", "ssh-free", "slurm"])
-def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(echo_script, run_playbook, tmp_path, backend):
+def test_hostile_values_reach_a_users_script_verbatim_and_run_nothing(
+        echo_script, run_playbook, tmp_path, backend, request):
+    if backend == "slurm":
+        request.getfixturevalue("slurm")  # preflight=false: the test sees that Slurm's workers are idle
     run_id = f"e2e-values-{backend}-{int(time.time())}"
     extra = vars_file(tmp_path, {
         "backend": backend, "entrypoint": echo_script, "run_id": run_id, "preflight": False,

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import load_summary
+from e2e_nodes import load_summary, node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_home_is_refused_and_private_files_are_readable_by_the_run_account_only(
     flat = " ".join(res.out.split())
     assert res.rc != 0 and f"is your home directory {os.path.realpath(home)}" in flat, res.tail()
     assert "Fix: give the directory of your project" in flat
-    assert podman("exec", "mnds-coord", "test", "-e", f"/shared/runs/{run_id}").returncode != 0
+    assert podman("exec", node_name("coord"), "test", "-e", f"/shared/runs/{run_id}").returncode != 0
     assert "TASK [Start the agent" not in res.out
 
     project = tmp_path / "proj"
@@ -55,14 +55,14 @@ def test_home_is_refused_and_private_files_are_readable_by_the_run_account_only(
     assert not [p for p in (ROOT / "runs" / run_id).rglob("*") if p.is_symlink()] and summary["refused_files"] == []
     # On a node: the run's account owns the workspace and alone may read it, read-only once it is marked whole;
     # the .env never left the controller.
-    modes = podman("exec", "mnds-worker2", "stat", "-c", "%a %U %n", dest, f"{dest}/train.py", f"{dest}/notes.txt",
+    modes = podman("exec", node_name("worker2"), "stat", "-c", "%a %U %n", dest, f"{dest}/train.py", f"{dest}/notes.txt",
                    f"{dest}.json").stdout.split("\n")
     assert modes[:4] == [f"500 deepspeed {dest}", f"400 deepspeed {dest}/train.py",
                          f"400 deepspeed {dest}/notes.txt", f"600 deepspeed {dest}.json"], modes
-    assert podman("exec", "mnds-worker2", "test", "-e", f"{dest}/.env").returncode != 0
-    listing = podman("exec", "mnds-worker2", "sh", "-c", f"cd {dest} && find . | LC_ALL=C sort").stdout.split("\n")
+    assert podman("exec", node_name("worker2"), "test", "-e", f"{dest}/.env").returncode != 0
+    listing = podman("exec", node_name("worker2"), "sh", "-c", f"cd {dest} && find . | LC_ALL=C sort").stdout.split("\n")
     assert listing == [".", "./#scratch.py", "./;old", "./notes.txt", "./train.py", ""], listing
     assert "Check the copy against the plan's hash" in res.out
     for command in (["cat", f"{dest}/notes.txt"], ["ls", dest], ["cat", f"{dest}.json"]):
-        denied = podman("exec", "--user", "nobody", "mnds-worker1", *command)
+        denied = podman("exec", "--user", "nobody", node_name("worker1"), *command)
         assert denied.returncode != 0 and "Permission denied" in denied.stderr, (command, denied)
