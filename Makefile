@@ -60,32 +60,32 @@ test-fast: setup
 	$(BIN)/python -m pytest tests/unit tests/quality -p no:cacheprovider -q
 
 # Each bench-* target prints its figures and, when it ends well, keeps them in docs/benchmarks/<date>-<target>.md
-# (and .json): scripts/bench_record.py runs the benchmark.
-RECORD = $(BIN)/python scripts/bench_record.py
+# (and .json): scripts/cost/record.py runs the launch-cost script (scripts/cost/<x>.py).
+RECORD = $(BIN)/python scripts/cost/record.py
 
 # Launch overhead: bare deepspeed vs train.yml on the warm local cluster (ROUNDS=5 by default: three rounds are too few on this 2-core machine).
 bench-slurm:
-	$(RECORD) bench-slurm -- $(BIN)/python scripts/bench_launch.py --slurm --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch-slurm.json
+	$(RECORD) bench-slurm -- $(BIN)/python scripts/cost/launch.py --slurm --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch-slurm.json
 
 bench-launch:
-	$(RECORD) bench-launch -- $(BIN)/python scripts/bench_launch.py --ssh-free --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch.json
+	$(RECORD) bench-launch -- $(BIN)/python scripts/cost/launch.py --ssh-free --rounds $(or $(ROUNDS),5) --json tests/output/bench-launch.json
 
 # What -e workdir adds to a launch whose content is on the cluster already (target: at most 1 s), 5 rounds.
 bench-workdir:
-	$(RECORD) bench-workdir -- $(BIN)/python scripts/bench_workdir.py --rounds $(or $(ROUNDS),5) --json tests/output/bench-workdir.json
+	$(RECORD) bench-workdir -- $(BIN)/python scripts/cost/workdir.py --rounds $(or $(ROUNDS),5) --json tests/output/bench-workdir.json
 
 # site.yml with nothing to change against the first site.yml on fresh nodes (SIZES: worker counts; remakes the cluster).
 bench-site:
-	$(RECORD) bench-site -- $(BIN)/python scripts/bench_site.py --sizes $(or $(SIZES),2$(comma)8) --rounds $(or $(ROUNDS),3) --json tests/output/bench-site.json
+	$(RECORD) bench-site -- $(BIN)/python scripts/cost/site.py --sizes $(or $(SIZES),2$(comma)8) --rounds $(or $(ROUNDS),3) --json tests/output/bench-site.json
 
 # Ansible's part of a launch and a no-op site.yml per node at 2, 4, 8 and 16 workers (remakes the cluster at each size).
 bench-scale:
-	$(RECORD) bench-scale -- $(BIN)/python scripts/bench_scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5) --json tests/output/bench-scale.json
+	$(RECORD) bench-scale -- $(BIN)/python scripts/cost/scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5) --json tests/output/bench-scale.json
 
 # The least a launch costs as the cluster grows, with no Ansible: pdsh's start and a node read at SIZES node names over the workers.
 bench-floor:
-	$(RECORD) bench-floor -- $(BIN)/python scripts/bench_floor.py --sizes $(or $(SIZES),2$(comma)16) --rounds $(or $(ROUNDS),3) --json tests/output/bench-floor.json
+	$(RECORD) bench-floor -- $(BIN)/python scripts/cost/floor.py --sizes $(or $(SIZES),2$(comma)16) --rounds $(or $(ROUNDS),3) --json tests/output/bench-floor.json
 
 # A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
 bench-recovery:
-	$(RECORD) bench-recovery -- $(BIN)/python scripts/bench_recovery.py --rounds $(or $(ROUNDS),3) --steps $(or $(STEPS),300) --json tests/output/bench-recovery.json
+	$(RECORD) bench-recovery -- $(BIN)/python scripts/cost/recovery.py --rounds $(or $(ROUNDS),3) --steps $(or $(STEPS),300) --json tests/output/bench-recovery.json

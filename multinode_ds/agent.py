@@ -94,6 +94,54 @@ def run_pids(run_id: str, exclude=(), uid=None) -> list[int]:
     return sorted(pids)
 
 
+# A rank process in an uninterruptible wait (state D) this long counts as frozen (a driver or a file system that
+# does not answer); one stopped (T: SIGSTOP, SIGTSTP; t: a debugger) does at once.
+D_FROZEN_AFTER = 10.0
+
+
+def proc_state(pid: int):
+    """The process's state letter from /proc/<pid>/stat (R, S, D, T, t, Z...), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or ")": the state follows the last ")".
+    end = text.rfind(")")
+    fields = text[end + 1:].split() if end >= 0 else []
+    return fields[0] if fields else None
+
+
+def proc_rank(pid: int):
+    """The global rank of a rank process (its RANK variable), or None (a launcher, a shell)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            for item in fh.read().split(b"\0"):
+                if item.startswith(b"RANK="):
+                    value = item[5:].decode("ascii", "replace")
+                    return int(value) if value.isdigit() else None
+    except OSError:
+        return None
+    return None
+
+
+def frozen(pids, seen: dict, now: float, d_after: float = D_FROZEN_AFTER):
+    """The run's processes that do not run: ``(list of {"pid", "rank", "state", "for"}, the states to remember)``.
+    ``seen``: what the last call remembered, {pid: (state, since)}."""
+    out, remember = [], {}
+    for pid in pids:
+        state = proc_state(pid)
+        if state not in ("T", "t", "D"):
+            continue
+        before = seen.get(pid)
+        since = before[1] if before and before[0] == state else now
+        remember[pid] = (state, since)
+        if state == "D" and now - since < d_after:
+            continue
+        out.append({"pid": pid, "rank": proc_rank(pid), "state": state, "for": round(now - since, 1)})
+    return out, remember
+
+
 def versions() -> dict:
     """The versions this node runs (read without importing torch)."""
     import importlib.metadata as md
@@ -313,6 +361,7 @@ class Agent:
         self.run_env = {}  # .deepspeed_env, read once: the launcher's variables, the secrets file's path
         self.started = time.time()
         self.seen_pids = False
+        self.states = {}  # the run's processes that did not run at the last beat: {pid: (state, since)}
         self.log_pos = 0
         self.node_lines = {}  # each node's last line in the launcher's output (pdsh prefixes them "node: ")
         self.state = {"host": self.host, "machine": socket.gethostname(), "run_id": self.run_id,
@@ -499,7 +548,8 @@ class Agent:
             reason = self.end_reason(rc)
             if reason:
                 return reason
-            self.beat(state="running", pids=pids, building=self.building())
+            stuck, self.states = frozen(pids, self.states, time.time())
+            self.beat(state="running", pids=pids, building=self.building(), frozen=stuck)
             self.pause()
 
     def building(self) -> list:

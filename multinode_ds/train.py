@@ -488,7 +488,7 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
         if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
         if checkpoint_due(step + 1, args.steps, args.save_interval):
-            save(engine, ckpt_dir, step + 1, ranks)
+            save(engine, ckpt_dir, step + 1, ranks, metrics)
     return loss_val
 
 
@@ -500,18 +500,33 @@ def monitor_loss(engine, loss) -> None:
         monitor.write_events([("Train/Samples/train_loss", loss, engine.global_samples)])
 
 
-def save(engine, ckpt_dir, step, ranks) -> None:
+def save(engine, ckpt_dir, step, ranks, metrics=None) -> None:
     """DeepSpeed's checkpoint of ``step``, tagged ``<run id>-step<N>`` (checkpoints.tag_name: the checkpoint
     directory is the model's, and another run's tags are never overwritten) and marked by rank 0 with the run that
-    saved it."""
+    saved it.  A ``save`` record before and after it (``metrics``): the watch gives a save under way its own
+    allowance, learned from the saves before it, instead of calling the run hung."""
     import torch.distributed as dist
 
     run_id = os.environ.get("MULTINODE_DS_RUN_ID") or None
     tag = checkpoints.tag_name(step, run_id)
+    t0 = time.time()
+    if metrics is not None:
+        metrics.write(save_record("begin", ranks, step, t0))
     engine.save_checkpoint(ckpt_dir, tag=tag, client_state={"step": step})
     if ranks.rank == 0 and run_id:
         checkpoints.mark_run(Path(ckpt_dir) / tag, run_id)
     dist.barrier()
+    if metrics is not None:
+        metrics.write(save_record("end", ranks, step, t0))
+
+
+def save_record(phase, ranks, step, t0) -> dict:
+    """The metrics line of a checkpoint save's ``phase`` (begin, end: with the save's seconds)."""
+    now = time.time()
+    rec = {"event": "save", "phase": phase, "step": step, "rank": ranks.rank, "host": ranks.host, "time": now}
+    if phase == "end":
+        rec["seconds"] = round(now - t0, 3)
+    return rec
 
 
 def own_run(args):
@@ -538,7 +553,7 @@ def train(args) -> int:
     t_start = time.time()
     loss_val = run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_start)
     if args.steps > start_step:
-        save(engine, ckpt_dir, args.steps, ranks)
+        save(engine, ckpt_dir, args.steps, ranks, metrics)
     metrics.write({"event": "done", "rank": ranks.rank, "host": ranks.host, "steps": args.steps, "final_loss": loss_val,
                    "wall_time": time.time() - t_start, "time": time.time()})
     metrics.close()

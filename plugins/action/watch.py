@@ -22,6 +22,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import MAX_BYTES as BUNDLE_BYTES
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.pace import Pace
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STATUS_RETRY, STATUS_TIMEOUT, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk,
@@ -40,7 +41,8 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
-                             "timeout", "stall_timeout", "startup_timeout", "queue_timeout", "status_retry",
+                             "timeout", "stall_timeout", "stall_floor", "stall_ceiling", "startup_timeout",
+                             "queue_timeout", "status_retry",
                              "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes"))
 
     _status_timeout = STATUS_TIMEOUT
@@ -187,6 +189,8 @@ class ActionModule(ActionBase):
         follow = args.get("follow") or None
         follower = backends.get(follow["backend"]).follower(follow) if follow else None
         loop = _Loop(time.time(), task_vars.get("inventory_hostname"), StatusRetry(opts["status_retry"]))
+        # The run's pace (its step and save times), learned from every poll: the silence that makes it hung.
+        loop.pace = Pace(opts["stall_floor"], opts["stall_ceiling"])
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
         finished = False
@@ -358,8 +362,8 @@ class ActionModule(ActionBase):
             verdict, reason, action = abort_for_queue(queue, now, opts["queue_timeout"]) or (verdict, reason, action)
         if opts["timeout"] and verdict == RUNNING and time.time() - loop.t0 > opts["timeout"]:
             verdict, reason, action = abort_for_timeout(opts["timeout"])
-        stall = stalled(loop.status, now, started_at, opts["stall_timeout"],
-                        opts["startup_timeout"]) if verdict == RUNNING and not action and queue is None else None
+        stall = stalled(loop.status, now, started_at, opts["stall_timeout"], opts["startup_timeout"],
+                        pace=loop.pace) if verdict == RUNNING and not action and queue is None else None
         if stall:
             # Whom to blame: a node the coordinator cannot reach any more comes first.
             probe = (self._poll(task_vars, opts, loop, probe=opts["addresses"]) or {}).get("reachable", {}) \
@@ -479,3 +483,4 @@ class _Loop(object):
         self.switch = None
         self.released = False
         self.fresh = None  # a status to judge before the next call (the done call's)
+        self.pace = None

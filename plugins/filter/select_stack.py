@@ -63,8 +63,10 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_matrix import (
-    StackError, format_table, load_matrix, select_stack as _select_stack)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_matrix import StackError, load_matrix
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_select import (
+    select_stack as _select_stack)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_table import format_table
 
 
 def select_stack(nodes, pins=None, matrix_extra=None):

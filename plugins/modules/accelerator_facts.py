@@ -25,17 +25,12 @@ description:
     from M(multinode.deepspeed.node_facts), which reads the GPUs the same way.
 extends_documentation_fragment:
   - multinode.deepspeed.nvidia_smi
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.facts
 author:
   - multinode.deepspeed developers (@multinode)
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Shows no diff.
   facts:
-    support: full
     description: Returns the C(multinode_accelerators) fact.
 """
 

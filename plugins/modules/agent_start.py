@@ -46,13 +46,12 @@ options:
     description: Seconds to wait for an early exit.
     type: float
     default: 0.1
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: none
     description: Starts a process.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 seealso:
   - module: multinode.deepspeed.job_plan
   - module: multinode.deepspeed.watch

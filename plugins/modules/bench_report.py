@@ -22,6 +22,7 @@ description:
   - C(benchmark.yml) runs it with the history the play collected into C(<run_id>/history/) and the run's threshold.
 extends_documentation_fragment:
   - multinode.deepspeed.report
+  - multinode.deepspeed.attributes
 options:
   history:
     description: The history file (C(history.jsonl)); without it, or when it does not exist, no history report.
@@ -50,9 +51,6 @@ attributes:
   check_mode:
     support: full
     description: Reads the run and returns the figures without writing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 author:
   - multinode.deepspeed developers (@multinode)
 """

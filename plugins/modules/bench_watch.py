@@ -23,6 +23,7 @@ description:
   - C(benchmark.yml) runs it right after starting the driver, as C(benchmark_user).
 extends_documentation_fragment:
   - multinode.deepspeed.progress
+  - multinode.deepspeed.attributes
 options:
   jid:
     description: The async job id of the driver's task.
@@ -54,7 +55,6 @@ attributes:
     support: none
     description: Waits for a real job.
   diff_mode:
-    support: none
     description: Changes nothing.
 author:
   - multinode.deepspeed developers (@multinode)

@@ -47,12 +47,13 @@ options:
         module fails, naming the node.
     type: int
     default: 120
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: Checks; nothing changes in either mode.
   diff_mode:
-    support: none
     description: Nothing changes.
 seealso:
   - module: multinode.deepspeed.job_plan

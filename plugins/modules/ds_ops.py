@@ -49,12 +49,13 @@ options:
     description: Seconds the step may take on this node.
     type: int
     default: 1800
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: In check mode nothing runs; the result lists the ops.
   diff_mode:
-    support: none
     description: Builds a cache; nothing to show.
 seealso:
   - module: multinode.deepspeed.job_plan

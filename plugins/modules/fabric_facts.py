@@ -42,15 +42,11 @@ options:
     default: ip
 author:
   - multinode.deepspeed developers (@multinode)
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.facts
 attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Shows no diff.
   facts:
-    support: full
     description: Returns the C(multinode_fabric) fact.
 """
 

@@ -65,13 +65,9 @@ notes:
     second run with the same layout reports no change.
 author:
   - multinode.deepspeed developers (@multinode)
-attributes:
-  check_mode:
-    support: full
-    description: Computes the result and reports C(changed) without writing anything.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.dry_run
 """
 
 EXAMPLES = r"""

@@ -206,9 +206,21 @@ options:
       stall_timeout:
         description:
           - Seconds without a finished step (for a script without metrics, without a write to the ranks' logs) after
-            which the run counts as stalled; shorter than C(timeout). Unset - ten times the median step time, at
-            least 45 s (C(docs/agents.md#a-stalled-run)).
+            which the run counts as stalled (hung); shorter than C(timeout). Unset - ten times the step time the run
+            has shown (its 90th percentile), within C(stall_floor) and C(stall_ceiling); a checkpoint save under way
+            gets three times the longest save so far, at least C(startup_timeout); a script without metrics, 45 s
+            or half of C(startup_timeout) (C(docs/agents.md#a-stalled-run)).
         type: int
+      stall_floor:
+        description: The least number of seconds without a finished step that make a run hung, when C(stall_timeout)
+          is unset (a run of 20 ms steps is called hung after this, not after 0.2 s).
+        type: int
+        default: 10
+      stall_ceiling:
+        description: The most seconds without a finished step that a run may go before it counts as hung, when
+          C(stall_timeout) is unset (a run of ten-minute steps is called hung after this at the latest).
+        type: int
+        default: 1800
       preflight:
         description:
           - V(true) - reuse a passing preflight of the same job, else run it (C(docs/preflight.md)); V(force) -
@@ -255,12 +267,13 @@ notes:
     node of the job, the plan fails naming it - V(The job cannot start: worker2 did not answer (unreachable, or
     reading it failed: the error is above\), so a job on worker1, worker2 cannot start. Fix: repair worker2, or leave
     it out with -e exclude=worker2.) A worker left out of the job (C(hosts), C(exclude)) may be down.'
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: Plans only; nothing changes in either mode.
   diff_mode:
-    support: none
     description: Nothing changes, so there is no diff.
 author:
   - multinode.deepspeed developers (@multinode)

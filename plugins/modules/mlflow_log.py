@@ -66,12 +66,13 @@ options:
       C(train.yml)).
     type: int
     default: 300
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: Reads the run and reports what it would log; logs nothing.
   diff_mode:
-    support: none
     description: No diff.
 seealso:
   - module: multinode.deepspeed.run_summary

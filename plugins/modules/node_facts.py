@@ -37,6 +37,8 @@ description:
     read run in a Python without Ansible.
 extends_documentation_fragment:
   - multinode.deepspeed.nvidia_smi
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.read_only
 options:
   paths:
     description: The job variable files, in order of precedence (later wins).
@@ -88,11 +90,7 @@ options:
     description: The spares record's path here (C(spares_file)); unset - C(<shared_dir>/runs/.records/spares.json).
     type: path
 attributes:
-  check_mode:
-    support: full
-    description: Reads only.
   diff_mode:
-    support: none
     description: Changes nothing.
 seealso:
   - module: multinode.deepspeed.accelerator_facts

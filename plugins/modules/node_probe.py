@@ -72,13 +72,9 @@ options:
     default: 15
 author:
   - multinode.deepspeed developers (@multinode)
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
-    description: Shows no diff.
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -28,6 +28,8 @@ description:
   - The C(preflight) role runs it first (C(tasks/decide.yml)). It reads one file and writes nothing.
 extends_documentation_fragment:
   - multinode.deepspeed.job
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.read_only
 options:
   settings:
     description: The preflight's thresholds (a change runs it again).
@@ -49,11 +51,7 @@ attributes:
   action:
     support: full
     description: Runs on the controller.
-  check_mode:
-    support: full
-    description: Reads only.
   diff_mode:
-    support: none
     description: Changes nothing.
 notes:
   - 'It fails, before anything runs, when O(max_age) is not whole seconds (V(preflight_max_age=... must be whole

@@ -62,6 +62,8 @@ notes:
     error C(the node did not answer).
 author:
   - multinode.deepspeed developers (@multinode)
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   action:
     support: full
@@ -69,9 +71,6 @@ attributes:
   check_mode:
     support: full
     description: Judges in check mode too; writes no file.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

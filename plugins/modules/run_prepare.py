@@ -42,6 +42,7 @@ description:
     C(async) it runs as the module. The results and failures are the same.
 extends_documentation_fragment:
   - multinode.deepspeed.job
+  - multinode.deepspeed.attributes
 options:
   write:
     description: Write the run directory after the checks (C(false) - check only, before a preflight).
@@ -65,9 +66,6 @@ attributes:
   check_mode:
     support: full
     description: Checks; writes nothing.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 notes:
   - 'Each check fails with the value and the fix - V(run_id=X exists already (<run_dir> on <coordinator>\). Fix: pick
     another -e run_id, or leave it out for a new one.); V(entrypoint=<path> does not exist on <coordinator>. Fix: put

@@ -189,13 +189,12 @@ options:
     type: int
 author:
   - multinode.deepspeed developers (@multinode)
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: Decides; writes neither the decision nor the quarantine or spares file nor the summary.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

@@ -25,6 +25,7 @@ description:
     the coordinator's CPU per call, every poll interval); in check mode or without pipelining it runs the module.
 extends_documentation_fragment:
   - multinode.deepspeed.run_dir
+  - multinode.deepspeed.attributes
 options:
   touch_lease:
     description: Renew the controller's lease.
@@ -105,9 +106,6 @@ attributes:
   check_mode:
     support: full
     description: Reads only; writes nothing in check mode.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

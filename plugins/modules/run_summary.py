@@ -31,6 +31,8 @@ description:
     run directory is a path on the controller.
 extends_documentation_fragment:
   - multinode.deepspeed.report
+  - multinode.deepspeed.attributes
+  - multinode.deepspeed.attributes.dry_run
 options:
   run_id:
     description: The run's id.
@@ -130,13 +132,6 @@ notes:
     stands out.
 author:
   - multinode.deepspeed developers (@multinode)
-attributes:
-  check_mode:
-    support: full
-    description: Computes the result and reports C(changed) without writing anything.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

@@ -27,6 +27,7 @@ description:
 extends_documentation_fragment:
   - multinode.deepspeed.run_dir
   - multinode.deepspeed.progress
+  - multinode.deepspeed.attributes
 options:
   nodes:
     description: Every host that runs an agent for this run.
@@ -62,10 +63,23 @@ options:
     default: 0
   stall_timeout:
     description:
-      - Abort the run when no rank finished a step for this many seconds. Unset, it is ten times the median step
-        time the ranks report, at least 45 s. Without metrics (a user's script), the signal is the newest write
-        to the ranks' logs.
+      - Abort the run when no rank finished a step for this many seconds. Unset, it is ten times the step time the
+        run has shown so far (the 90th percentile of the step times the watch has seen), within O(stall_floor) and
+        O(stall_ceiling); a checkpoint save under way gets three times the longest save so far, at least
+        O(startup_timeout). Without metrics (a user's script), the signal is the newest write to the ranks' logs
+        (at least 45 s, or half of O(startup_timeout)).
+      - The abort names the rank processes the nodes' agents see stopped (state T, e.g. SIGSTOP) or in an
+        uninterruptible wait (state D), else the ranks that are behind.
     type: float
+  stall_floor:
+    description: The least seconds without a finished step that make the run hung, when O(stall_timeout) is unset.
+    type: float
+    default: 10
+  stall_ceiling:
+    description: The most seconds without a finished step before the run counts as hung, when O(stall_timeout) is
+      unset.
+    type: float
+    default: 1800
   startup_timeout:
     description:
       - Seconds allowed before the first step (model load, DeepSpeed's init, the first collective), counted from
@@ -152,9 +166,6 @@ attributes:
   check_mode:
     support: none
     description: Not supported.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

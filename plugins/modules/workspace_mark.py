@@ -49,13 +49,12 @@ notes:
     plan hashed (3f2a... planned, 9c41... there\): missing: #notes.py. Fix: launch again; ...).'
 author:
   - multinode.deepspeed developers (@multinode)
+extends_documentation_fragment:
+  - multinode.deepspeed.attributes
 attributes:
   check_mode:
     support: full
     description: Checks the copy and writes no marker.
-  diff_mode:
-    support: none
-    description: Shows no diff.
 """
 
 EXAMPLES = r"""

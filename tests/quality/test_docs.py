@@ -196,12 +196,12 @@ def test_the_readme_is_the_pitch():
 
 @pytest.mark.skipif(not os.path.exists("/usr/bin/make"), reason="no make on this machine")
 def test_every_bench_target_keeps_its_result():
-    """make bench-* runs its script through scripts/bench_record.py (make -n: nothing runs)."""
+    """make bench-* runs its launch-cost script through scripts/cost/record.py (make -n: nothing runs)."""
     phony = re.search(r"^\.PHONY:(.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
     targets = [t for t in phony if t.startswith("bench-")]
     assert len(targets) >= 7
     for target in targets:
         out = subprocess.run(["make", "-n", "-C", str(ROOT), "--no-print-directory", target], capture_output=True,
                              text=True, check=True).stdout
-        line = [x for x in out.splitlines() if "scripts/bench_" in x][-1]
-        assert re.search(r"scripts/bench_record\.py %s -- \S+ scripts/bench_\w+\.py .*--json \S+" % target, line), line
+        line = [x for x in out.splitlines() if "scripts/cost/" in x][-1]
+        assert re.search(r"scripts/cost/record\.py %s -- \S+ scripts/cost/\w+\.py .*--json \S+" % target, line), line

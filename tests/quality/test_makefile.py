@@ -13,7 +13,7 @@ def planned(target, *assignments):
     """The benchmark's command line as make would run it."""
     out = subprocess.run(["make", "-n", "-C", str(ROOT), "--no-print-directory", target, *assignments],
                          capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if "scripts/bench_" in line][-1].split()
+    return [line for line in out.splitlines() if "scripts/cost/" in line][-1].split()
 
 
 @pytest.mark.parametrize("target,default,given", [

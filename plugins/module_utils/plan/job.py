@@ -36,6 +36,9 @@ DEFAULTS = {
     "master_port": MASTER_PORT,
     "timeout": 3600,
     "startup_timeout": 300,
+    # The bounds of the hang limit the watch learns (ten times the step time): module_utils/run/pace.py.
+    "stall_floor": 10,
+    "stall_ceiling": 1800,
     "save_interval": 0,
     "restarts": 0,
     "recover_wait": 120,
@@ -269,6 +272,18 @@ def run_settings(job, settings, problems):
     job["resume"] = _switch(settings, "resume", problems)
     _switch(settings, "preflight", problems, also=("force",))
     job["stall_timeout"] = stall_timeout(settings, job["timeout"], problems)
+    job["stall_floor"], job["stall_ceiling"] = stall_bounds(settings, problems)
+
+
+def stall_bounds(settings, problems):
+    """The bounds of the hang limit the watch learns from the run's step time (``stall_floor``-``stall_ceiling``
+    seconds; module_utils/run/pace.py): at least 1 s, the floor at most the ceiling."""
+    floor = _whole(settings, "stall_floor", 1, None, "seconds", problems, LIMITS["timeout"])
+    ceiling = _whole(settings, "stall_ceiling", 1, None, "seconds", problems, LIMITS["timeout"])
+    if floor and ceiling and floor > ceiling:
+        problems.append("stall_floor=%d is more than stall_ceiling=%d. Fix: -e stall_floor=<at most %d>, or a larger "
+                        "-e stall_ceiling" % (floor, ceiling, ceiling))
+    return floor, ceiling
 
 
 def recovery_settings(job, settings, problems):
@@ -334,7 +349,7 @@ def start_timeouts(settings, timeout, problems):
 
 def stall_timeout(settings, timeout, problems):
     """Seconds without a step before the watch calls the run stalled, shorter than ``timeout``; None when unset (the
-    watch derives it from the step time: module_utils/run/watch.stall_limit)."""
+    watch derives it from the step time: module_utils/run/pace.py)."""
     if settings.get("stall_timeout") in (None, ""):
         return None
     value = _whole(settings, "stall_timeout", 10, None, "seconds", problems)

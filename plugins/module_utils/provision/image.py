@@ -24,7 +24,7 @@ import zipfile
 from urllib.parse import unquote
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry as reg
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node, stack_matrix
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import node, stack_matrix, stack_select
 
 # Debian suites the base can be, and the Python their python3 is (the wheelhouse's Python must be it).
 SUITE_PYTHON = {"bookworm": "3.11", "trixie": "3.13"}
@@ -124,7 +124,7 @@ def select(p, accelerator, cuda_driver, python, problems):
                             "cuda_driver_version": cuda_driver, "driver_version": None}}
     pins = {"torch": p.get("torch") or None, "deepspeed": p.get("deepspeed") or None, "cuda": p.get("cuda") or None}
     try:
-        return stack_matrix.select_stack(node_facts, pins, stack_matrix.load_matrix(p.get("matrix_extra") or None))
+        return stack_select.select_stack(node_facts, pins, stack_matrix.load_matrix(p.get("matrix_extra") or None))
     except stack_matrix.StackError as exc:
         # The matrix's own lines (its table names one node, the image): the problems, with their fixes.
         lines = [line.strip() for line in str(exc).replace("stack_cuda_version", "image_cuda").splitlines()

@@ -2,7 +2,7 @@
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which NVIDIA driver runs which CUDA, which PyTorch is built for which CUDA, which DeepSpeed
-takes which PyTorch: the data ``stack_matrix.select_stack`` chooses from.
+takes which PyTorch: the data ``stack_select.select_stack`` chooses from.
 
 Plain data, so that a user can extend it: ``stack_matrix.load_matrix(extra)`` merges a dict of
 the same shape over ``MATRIX`` (dicts are merged key by key, any other value replaces the old

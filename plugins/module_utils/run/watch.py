@@ -16,6 +16,7 @@ import signal
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common.lease import (
     POLL_INTERVAL, STATUS_RETRY, STATUS_TIMEOUT, lease_timeout)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.pace import CEILING, FLOOR, Pace
 
 RUNNING = "running"
 SUCCESS = "success"
@@ -122,6 +123,8 @@ def watch_options(args):
         "stop_timeout": float(args.get("stop_timeout", 60)),
         "timeout": float(args.get("timeout", 0) or 0),
         "stall_timeout": float(args.get("stall_timeout") or 0) or None,
+        "stall_floor": float(args.get("stall_floor") or FLOOR),
+        "stall_ceiling": float(args.get("stall_ceiling") or CEILING),
         "startup_timeout": float(args.get("startup_timeout") or 300),
         "queue_timeout": float(args.get("queue_timeout") or 0) or None,
         "status_retry": float(args["status_retry"] if args.get("status_retry") is not None else STATUS_RETRY),
@@ -272,21 +275,29 @@ def stop_overdue(reason, stop_timeout):
 
 def rank_progress(records):
     """What the watch reads of a rank's last metrics records: the record it shows (the last step, else the last
-    record; None without any) and whether the rank wrote its done record."""
+    record; None without any) and whether the rank wrote its done record.  The step record carries ``saving`` (the
+    time the save began) while the rank's newest record is the start of a checkpoint save, and ``save_seconds``,
+    the duration of its last finished save among these records (the bundled trainer's ``save`` records)."""
     steps = [r for r in records if r.get("event") == "step"]
     last = steps[-1] if steps else (records[-1] if records else None)
+    if steps:
+        saves = [r for r in records if r.get("event") == "save"]
+        extra = {}
+        if records[-1].get("event") == "save" and records[-1].get("phase") == "begin":
+            extra["saving"] = records[-1].get("time")
+        ended = [r.get("seconds") for r in saves if r.get("phase") == "end" and r.get("seconds") is not None]
+        if ended:
+            extra["save_seconds"] = ended[-1]
+        last = dict(last, **extra) if extra else last
     return last, any(r.get("event") == "done" for r in records)
 
 
-def stall_limit(ranks, stall_timeout=None, floor=45.0, factor=10.0):
-    """Seconds without a finished step that make a run stalled: ``stall_timeout`` when given, else ``factor``
-    times the median step time the ranks report, at least ``floor`` (a checkpoint save or an evaluation takes
-    longer than a step)."""
+def stall_limit(ranks, stall_timeout=None, floor=FLOOR, ceiling=CEILING):
+    """Seconds without a finished step that make a run stalled: ``stall_timeout`` when given, else ten times the
+    step time the ranks report (module_utils/run/pace.py), within ``floor``-``ceiling``."""
     if stall_timeout:
         return float(stall_timeout)
-    times = sorted(float(r["step_time"]) for r in ranks.values() if r.get("event") == "step" and r.get("step_time"))
-    median = times[len(times) // 2] if times else 0.0
-    return max(float(floor), factor * median)
+    return Pace(floor, ceiling).see(ranks).step_limit()
 
 
 def compiling(status):
@@ -300,25 +311,29 @@ def compiling(status):
     return out
 
 
-def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, floor=45.0, rank_hosts=None):
-    """Is the run stalled?  None, or ``{"reason", "silent_for", "limit", "behind": {host: [ranks]}}``.
+def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, log_floor=45.0, rank_hosts=None,
+            pace=None):
+    """Is the run stalled (hung)?  None, or ``{"reason", "silent_for", "limit", "behind": {host: [ranks]},
+    "frozen": {host: [rank processes that do not run]}}``.
 
-    The signal: the time of every rank's last metrics record (the bundled trainer writes one per step).  Before
-    the first step, a fixed ``startup_timeout`` (model load, DeepSpeed's init, the first collective).  Without
-    metrics (a user's script), the newest write to the ranks' logs (``status["logs_mtime"]``), with the same
-    limits: a script that logs nothing for that long looks stalled.  A node that is compiling a DeepSpeed op
+    The signal: the time of every rank's last metrics record (the bundled trainer writes one per step), against the
+    pace the run has shown (``pace``: module_utils/run/pace.Pace, which the watch feeds every poll; a fresh one
+    learns from this poll alone): ten times its step time, within its floor and ceiling; ``stall_timeout``
+    instead when set.  A checkpoint save under way counts from its start, with the save's allowance.  Before the
+    first step, a fixed ``startup_timeout`` (model load, DeepSpeed's init, the first collective).  Without metrics
+    (a user's script), the newest write to the ranks' logs (``status["logs_mtime"]``), at least ``log_floor``: a
+    script that logs nothing for that long looks stalled.  A node that is compiling a DeepSpeed op
     (``compiling``) is not stalled: the run's timeout bounds a build that never ends."""
     if compiling(status):
         return None
     ranks = status.get("ranks") or {}
+    pace = (pace or Pace()).see(ranks)
     steps = dict((int(r), rec) for r, rec in ranks.items() if rec.get("event") == "step")
     if steps:
-        last = max(float(rec.get("time") or 0) for rec in steps.values())
-        limit = stall_limit(ranks, stall_timeout, floor)
-        signal_name = "no rank finished a step"
+        last, limit, signal_name = _step_silence(steps, pace, stall_timeout, startup_timeout)
     elif status.get("logs_mtime") and not ranks:
         last = float(status["logs_mtime"])
-        limit = float(stall_timeout or max(floor, startup_timeout / 2.0))
+        limit = float(stall_timeout or max(log_floor, startup_timeout / 2.0))
         signal_name = "no rank wrote to its log"
     else:
         last = started_at if started_at is not None else now
@@ -340,7 +355,51 @@ def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, 
     else:
         where = ""
     return {"reason": "the run stalled: %s for %.0fs (limit %.0fs)%s" % (signal_name, silent, limit, where),
-            "silent_for": silent, "limit": limit, "behind": behind}
+            "silent_for": silent, "limit": limit, "behind": behind, "frozen": frozen_ranks(status)}
+
+
+def _step_silence(steps, pace, stall_timeout, startup_timeout):
+    """``(last sign of life, limit, what is missing)`` of a run past its first step."""
+    last = max(float(rec.get("time") or 0) for rec in steps.values())
+    saving = [float(rec["saving"]) for rec in steps.values() if _number(rec.get("saving"))]
+    if saving:
+        limit = max(float(stall_timeout or 0), pace.save_limit(startup_timeout))
+        return max([last] + saving), limit, "no rank finished a step or its checkpoint save"
+    limit = float(stall_timeout) if stall_timeout else pace.step_limit()
+    return last, limit, "no rank finished a step (%s)" % pace.describe() if not stall_timeout else \
+        "no rank finished a step"
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def frozen_ranks(status):
+    """``{host: [{"rank", "pid", "state", "for"}]}``: the rank processes the nodes' agents see not running (stopped
+    by a signal or a debugger, state T or t; in an uninterruptible wait for a while, state D: a driver or a file
+    system that does not answer) - their heartbeats' ``frozen``."""
+    out = {}
+    for host, beat in sorted((status.get("nodes") or {}).items()):
+        entries = [f for f in (beat or {}).get("frozen") or [] if isinstance(f, dict) and f.get("pid")]
+        if entries:
+            out[host] = entries
+    return out
+
+
+FROZEN_STATES = {"T": "stopped (SIGSTOP, or a debugger)", "t": "stopped by a debugger",
+                 "D": "in an uninterruptible wait (a driver or a file system that does not answer)"}
+
+
+def frozen_text(frozen):
+    """The frozen rank processes, in words."""
+    parts = []
+    for host, entries in sorted(frozen.items()):
+        for f in entries:
+            rank = "rank %s" % f["rank"] if f.get("rank") is not None else "a process of the run"
+            parts.append("%s on %s (pid %s) is %s, for %.0fs" % (
+                rank, host, f["pid"], FROZEN_STATES.get(str(f.get("state")), "state %s" % f.get("state")),
+                float(f.get("for") or 0)))
+    return "; ".join(parts)
 
 
 def unreachable(reachable):
@@ -355,6 +414,9 @@ def blame_stall(stall, reachable):
         return "%s: %s, so the run stalled (%s)" % (
             ", ".join(lost), "; ".join("%s does not answer on the cluster network (%s)" % (h, reachable[h]["error"])
                                        for h in lost), stall["reason"])
+    frozen = stall.get("frozen") or {}
+    if frozen:
+        return "%s, so the run hung (%s)" % (frozen_text(frozen), stall["reason"])
     behind = ", ".join(sorted(stall.get("behind") or {}))
     return "%s%s" % (stall["reason"], "; every node answers, so a collective hung (NCCL/gloo waiting for a "
                      "peer) or a rank is stuck on %s: look at the ranks' last log lines" % behind if behind else "")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from multinode_ds import bench_worker as bw
-from multinode_ds.agent import run_pids
+from multinode_ds.agent import MARKER, run_pids
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -176,6 +176,24 @@ def test_exit_descriptions_and_help(capsys):
     with pytest.raises(SystemExit) as exc:
         bw.main(["--help"])
     assert exc.value.code == 0 and "--watch-stdin" in capsys.readouterr().out
+
+
+def test_the_package_runs_with_python_m():
+    # As the driver starts it: the package's __main__, without runpy's warning about a module imported twice.
+    cmd = [sys.executable, "-W", "error::RuntimeWarning", "-m", "multinode_ds.bench_worker", "--help"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("usage: python -m multinode_ds.bench_worker") and "--watch-stdin" in done.stdout
+    assert "the worker side of ``multinode_ds.bench``" in done.stdout and not done.stderr
+
+
+def test_a_slot_imports_the_package_from_where_its_node_found_it(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    env = bw.child_env("run-1", "cuda", 3, 2)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    assert (env[MARKER], env["CUDA_VISIBLE_DEVICES"], env["OMP_NUM_THREADS"]) == ("run-1", "3", "2")
+    assert "CUDA_VISIBLE_DEVICES" not in bw.child_env("run-1", "cpu", 3, 2)
 
 
 # -- node runs (real child processes) ------------------------------------------------------------

@@ -141,3 +141,15 @@ def test_a_later_attempt_resumes_only_the_checkpoints_of_its_own_run(tmp_path, m
         checkpoints.choose(tmp_path, "run-new")
     assert "holds no checkpoint of run run-new" in str(err.value)
     assert checkpoints.saved_by(tmp_path / "step40") is None
+
+
+def test_the_trainer_marks_a_checkpoint_save_with_its_seconds():
+    from types import SimpleNamespace  # pylint: disable=import-outside-toplevel
+    from multinode_ds.train import save_record  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    ranks = SimpleNamespace(rank=1, host="worker2")
+    begin = save_record("begin", ranks, 40, time.time())
+    end = save_record("end", ranks, 40, time.time() - 2.0)
+    assert {k: begin[k] for k in ("event", "phase", "step", "rank", "host")} == \
+        {"event": "save", "phase": "begin", "step": 40, "rank": 1, "host": "worker2"} and "seconds" not in begin
+    assert end["phase"] == "end" and 2.0 <= end["seconds"] < 3.0

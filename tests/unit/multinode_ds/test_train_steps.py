@@ -162,10 +162,15 @@ def test_a_real_run_on_one_cpu_rank(tmp_path):
     assert (tmp_path / "checkpoints" / "latest").read_text() == "step3"
     assert json.loads((tmp_path / "ds_config.json").read_text())["zero_optimization"] == {"stage": 1}
     records = [json.loads(x) for x in (tmp_path / "metrics" / "rank0.jsonl").read_text().splitlines()]
-    assert [(r["event"], r.get("step")) for r in records] == [
-        ("start", None), ("step", 1), ("step", 2), ("step", 3), ("done", None)]
+    # Each checkpoint save between a save record when it begins and one when it ends (with its seconds): the watch
+    # gives a save under way its own allowance (module_utils/run/pace.py).
+    assert [(r["event"], r.get("step"), r.get("phase")) for r in records] == [
+        ("start", None, None), ("step", 1, None), ("step", 2, None), ("save", 2, "begin"), ("save", 2, "end"),
+        ("step", 3, None), ("save", 3, "begin"), ("save", 3, "end"), ("done", None, None)]
+    assert all(r["seconds"] >= 0 for r in records if r.get("phase") == "end")
     assert records[0]["start_step"] == 0 and records[0]["resumed_from"] is None and records[0]["host"] == "node-a"
-    assert records[-1]["steps"] == 3 and records[-1]["final_loss"] == records[-2]["loss"]
+    steps = [r for r in records if r["event"] == "step"]
+    assert records[-1]["steps"] == 3 and records[-1]["final_loss"] == steps[-1]["loss"]
     assert records[1]["tokens_per_sec"] == pytest.approx(4 * 32 / records[1]["step_time"])
 
 

@@ -28,7 +28,7 @@ def test_run_settings_read_the_numbers_and_switches():
     job, problems = {}, []
     J.run_settings(job, {"steps": "7", "timeout": "120", "resume": "yes", "stall_timeout": "60"}, problems)
     assert problems == [] and job == {"steps": 7, "master_port": 29500, "timeout": 120, "save_interval": 0,
-                                      "resume": True, "stall_timeout": 60}
+                                      "resume": True, "stall_timeout": 60, "stall_floor": 10, "stall_ceiling": 1800}
     J.run_settings({}, {"preflight": "force"}, problems)
     assert problems == []
     J.run_settings({}, {"preflight": "maybe", "master_port": 22}, problems)

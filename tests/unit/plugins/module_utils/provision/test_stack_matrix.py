@@ -3,7 +3,9 @@ import copy
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_matrix import (
-    StackError, build_cuda, build_name, driver_max_cuda, format_table, in_range, load_matrix, select_stack)
+    StackError, build_cuda, build_name, driver_max_cuda, in_range, load_matrix)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_select import select_stack
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_table import format_table
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.stack_matrix_data import MATRIX
 
 # Nodes as the facts describe them.

@@ -12,7 +12,7 @@ def test_the_watch_options_and_their_defaults():
     assert opts == {"nodes": ["coord", "w1"], "launchers": ["coord"], "world_size": None, "total_steps": None,
                     "poll_interval": 2.0, "progress_interval": 10.0, "heartbeat_timeout": 20.0,
                     "start_timeout": 120.0, "stop_timeout": 60.0, "timeout": 0.0, "stall_timeout": None,
-                    "startup_timeout": 300.0, "queue_timeout": None, "status_retry": 60.0,
+                    "stall_floor": 10.0, "stall_ceiling": 1800.0, "startup_timeout": 300.0, "queue_timeout": None, "status_retry": 60.0,
                     "status_timeout": 30.0, "addresses": {}}
     opts = watch_options({"nodes": ["w1"], "launchers": [], "world_size": "4", "total_steps": 30,
                           "poll_interval": "0.5", "timeout": None, "stall_timeout": "90", "startup_timeout": 0,
@@ -44,8 +44,8 @@ def test_a_stall_blames_the_node_the_coordinator_cannot_reach():
     verdict, reason, action = abort_for_stall(stall, reachable)
     assert verdict == STOPPING and action == ("abort", reason, ["worker2"])
     assert reason == ("worker2: worker2 does not answer on the cluster network (No route to host), so the run "
-                      "stalled (the run stalled: no rank finished a step for 60s (limit 45s); ranks 1 on worker2 "
-                      "are behind, at step 25)")
+                      "stalled (the run stalled: no rank finished a step (steps take 0.20s) for 60s (limit 10s); "
+                      "ranks 1 on worker2 are behind, at step 25)")
     assert abort_for_stall(stall, {})[2][2] == []
 
 

@@ -12,21 +12,22 @@ def step(rank, n, t, host, step_time=0.2):
     return {"event": "step", "rank": rank, "step": n, "time": t, "host": host, "step_time": step_time}
 
 
-def test_the_limit_is_ten_step_times_with_a_floor():
+def test_the_limit_is_ten_step_times_within_a_floor_and_a_ceiling():
     ranks = {"0": step(0, 5, 100, "w1", 0.2), "1": step(1, 5, 100, "w2", 0.3)}
-    assert stall_limit(ranks) == 45.0
+    assert stall_limit(ranks) == 10.0
     slow = {"0": step(0, 5, 100, "w1", 12.0), "1": step(1, 5, 100, "w2", 12.0)}
     assert stall_limit(slow) == 120.0
+    assert stall_limit(ranks, floor=45) == 45.0 and stall_limit(slow, ceiling=60) == 60.0
     assert stall_limit(ranks, stall_timeout=30) == 30.0
 
 
 def test_a_hung_collective_stalls_every_rank_at_the_same_step():
     status = {"ranks": {"0": step(0, 26, 1000.0, "worker1"), "1": step(1, 26, 1000.5, "worker2")}}
-    assert stalled(status, now=1040.0, started_at=900.0) is None
-    got = stalled(status, now=1050.0, started_at=900.0)
-    assert got["reason"] == "the run stalled: no rank finished a step for 50s (limit 45s); the last step of every " \
-                            "rank is 26"
-    assert got["behind"] == {"worker1": [0], "worker2": [1]}
+    assert stalled(status, now=1010.0, started_at=900.0) is None
+    got = stalled(status, now=1011.5, started_at=900.0)
+    assert got["reason"] == "the run stalled: no rank finished a step (steps take 0.20s) for 11s (limit 10s); the " \
+                            "last step of every rank is 26"
+    assert got["behind"] == {"worker1": [0], "worker2": [1]} and got["frozen"] == {}
 
 
 def test_ranks_behind_are_named():
@@ -84,3 +85,20 @@ def test_a_node_compiling_an_op_is_not_stalled_and_the_progress_line_says_so():
     assert stalled(building, now=1300.0, started_at=850.0) is None
     assert "compiling cpu_adam on worker1" in progress_line(building, 1300.0)
     assert compiling({"nodes": {"w": {"building": ["odd", {"age": 1}]}}}) == {}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"stall_floor": "0"}, "stall_floor=0 must be a whole number >= 1. Fix: -e stall_floor=<seconds>"),
+    ({"stall_ceiling": "soon"}, "stall_ceiling=soon must be a whole number >= 1. Fix: -e stall_ceiling=<seconds>"),
+    ({"stall_floor": "60", "stall_ceiling": "30"},
+     "stall_floor=60 is more than stall_ceiling=30. Fix: -e stall_floor=<at most 30>, or a larger -e stall_ceiling"),
+])
+def test_the_hang_limits_bounds_are_checked(settings, message):
+    workers = {"w1": {"slots": 1, "address": "10.0.0.1", "env": {}},
+               "w2": {"slots": 1, "address": "10.0.0.2", "env": {}}}
+    with pytest.raises(JobError) as err:
+        plan(settings, workers, ["coord"], datetime.datetime(2026, 11, 23), backends)
+    assert message in str(err.value)
+    job = plan({"stall_floor": "5", "stall_ceiling": "600"}, workers, ["coord"], datetime.datetime(2026, 11, 23),
+               backends)
+    assert (job["stall_floor"], job["stall_ceiling"]) == (5, 600)

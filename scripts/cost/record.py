@@ -1,6 +1,6 @@
 """Run one launch-cost benchmark and keep its result as a dated file under docs/benchmarks/.
 
-    .venv/bin/python scripts/bench_record.py TARGET [--out DIR] -- COMMAND...
+    .venv/bin/python scripts/cost/record.py TARGET [--out DIR] -- COMMAND...
 
 The Makefile's bench-* targets run their script through this: the script prints as it always does
 (its output passes through as it comes), and when it ends well its output is also written to
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "docs" / "benchmarks"
 
 
@@ -107,13 +107,13 @@ def run(command: list[str]) -> tuple[int, str]:
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv or argv.index("--") < 1 or argv.index("--") == len(argv) - 1:
-        raise SystemExit("usage: bench_record.py TARGET [--out DIR] -- COMMAND...")
+        raise SystemExit("usage: record.py TARGET [--out DIR] -- COMMAND...")
     mine, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
     target, out_dir = mine[0], OUT
     if len(mine) == 3 and mine[1] == "--out":
         out_dir = Path(mine[2])
     elif len(mine) != 1:
-        raise SystemExit("usage: bench_record.py TARGET [--out DIR] -- COMMAND...")
+        raise SystemExit("usage: record.py TARGET [--out DIR] -- COMMAND...")
     started = datetime.datetime.now().timestamp()
     rc, printed = run(command)
     if rc != 0:

@@ -1,7 +1,7 @@
 """What a launch through train.yml costs, against DeepSpeed's own launcher, on the local cluster.
 
     make bench-launch [ROUNDS=5]
-    .venv/bin/python scripts/bench_launch.py [--rounds 5] [--steps 10] [--model llama-tiny] [--json FILE]
+    .venv/bin/python scripts/cost/launch.py [--rounds 5] [--steps 10] [--model llama-tiny] [--json FILE]
 
 Back to back, N rounds each, the same model, steps and hosts (the workers of the local cluster,
 one rank each):
@@ -54,7 +54,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 try:
     import yaml

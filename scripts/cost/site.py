@@ -1,7 +1,7 @@
 """What site.yml costs when nothing changed, against the first site.yml on the same fresh nodes.
 
     make bench-site [SIZES=2,8] [ROUNDS=3]
-    .venv/bin/python scripts/bench_site.py [--sizes 2,8] [--rounds 3] [--json FILE]
+    .venv/bin/python scripts/cost/site.py [--sizes 2,8] [--rounds 3] [--json FILE]
 
 For each size N (workers; N + 1 nodes with the coordinator): the local cluster is made again with N
 workers (fresh containers from the node image, scripts/localcluster.py down + up), site.yml runs once
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
 

@@ -1,7 +1,7 @@
 """What -e workdir adds to a launch when its content is on the cluster already, on the local cluster.
 
     make bench-workdir [ROUNDS=5]
-    .venv/bin/python scripts/bench_workdir.py [--rounds 5] [--steps 4] [--json FILE]
+    .venv/bin/python scripts/cost/workdir.py [--rounds 5] [--steps 4] [--json FILE]
 
 The same user script (tests/e2e/files/workdir: train.py importing helper.py, reading data/), the same DeepSpeed
 config, the same steps and hosts, back to back, N rounds each:
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 FILES = ROOT / "tests" / "e2e" / "files" / "workdir"
 PLAN_TASK = "Plan the job"

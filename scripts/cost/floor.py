@@ -1,7 +1,7 @@
 """The least a launch can cost on this machine as the cluster grows: pdsh's start and a node read, with no Ansible.
 
     make bench-floor [SIZES=2,16] [ROUNDS=3]
-    .venv/bin/python scripts/bench_floor.py [--sizes 2,16] [--rounds 3] [--json FILE]
+    .venv/bin/python scripts/cost/floor.py [--sizes 2,16] [--rounds 3] [--json FILE]
 
 On the warm, provisioned local cluster, on its coordinator, as the run's account: for each size N, N node names
 spread over the cluster's workers (each name is a worker's address under a name of its own; the worker's host
@@ -28,9 +28,10 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_launch import COORD, INVENTORY, VENV, podman_exec, settle, workers  # noqa: E402  pylint: disable=wrong-import-position
+from cost.launch import (  # noqa: E402  pylint: disable=wrong-import-position
+    COORD, INVENTORY, VENV, podman_exec, settle, workers)
 
 WORK = "/tmp/mnds-floor"  # on the coordinator, the run account's: the SSH configurations and kept connections
 OUT = "/tmp/mnds-floor-out"  # on each worker: one record per name

@@ -1,7 +1,7 @@
 """What Ansible's part of a launch and of a no-op site.yml costs as the cluster grows, on the local cluster.
 
     make bench-scale [SIZES=2,4,8,16] [ROUNDS=2] [STEPS=5]
-    .venv/bin/python scripts/bench_scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--json FILE]
+    .venv/bin/python scripts/cost/scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--json FILE]
 
 For each size N (workers, one rank each; N + 1 nodes with the coordinator): the local cluster is made
 again with N workers, site.yml runs (the first, timed) and once more with nothing to change (timed,
@@ -30,10 +30,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "scripts"))
-from bench_site import localcluster, site  # noqa: E402  pylint: disable=wrong-import-position
+from cost.site import localcluster, site  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def records(path: Path) -> list[dict]:

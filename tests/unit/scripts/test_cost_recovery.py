@@ -1,0 +1,37 @@
+"""scripts/cost/recovery.py (make bench-recovery): the medians of each kind of run, each fault's per-round ratios to
+the clean run and the seconds it lost, and the hang's detection time."""
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parents[3]
+spec = importlib.util.spec_from_file_location("cost_recovery", ROOT / "scripts" / "cost" / "recovery.py")
+recovery = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(recovery)
+
+
+def run(wall, goodput, **extra):
+    return dict({"wall_s": wall, "goodput": goodput, "attempts": 2 if extra else 1}, **extra)
+
+
+def test_the_report_has_each_kinds_medians_ratios_and_seconds_lost(capsys):
+    results = {
+        "clean": [run(100.0, 0.9), run(110.0, 0.9), run(90.0, 0.8)],
+        "fault": [run(150.0, 0.6, fault_to_first_step_s=20.0, recomputed_steps=10),
+                  run(160.0, 0.6, fault_to_first_step_s=22.0, recomputed_steps=12),
+                  run(120.0, 0.4, fault_to_first_step_s=30.0, recomputed_steps=8)],
+        "hang": [run(130.0, 0.7, fault_to_first_step_s=15.0, recomputed_steps=5, detection_s=11.0),
+                 run(125.0, 0.7, fault_to_first_step_s=14.0, recomputed_steps=6, detection_s=None),
+                 run(120.0, 0.6, fault_to_first_step_s=16.0, recomputed_steps=4, detection_s=12.0)],
+    }
+    out = recovery.report(results, SimpleNamespace(rounds=3, model="llama-tiny", steps=300))
+    assert out["medians"]["clean"]["wall_s"] == 100.0
+    assert out["medians"]["fault"]["fault_to_first_step_s"] == 22.0
+    assert out["medians"]["hang"]["detection_s"] == 11.5  # the round without a record is left out
+    assert out["seconds_lost"] == {"fault": 50.0, "hang": 30.0}
+    assert abs(out["ratios"]["fault"]["wall"] - 160.0 / 110.0) < 1e-9  # the median of 1.5, 1.45 and 1.33
+    assert abs(out["ratios"]["hang"]["goodput"] - 0.7 / 0.9) < 1e-9
+    text = capsys.readouterr().out
+    assert "hang: SIGSTOP -> the watch's abort 11.5 s (median)" in text
+    assert "fault: median of the per-round ratios (fault / clean): wall time 1.45, goodput 0.67; seconds lost 50.0" \
+        in text
