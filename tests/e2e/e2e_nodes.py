@@ -10,10 +10,18 @@ ROOT = Path(__file__).resolve().parents[2]
 # The cluster this session's end-to-end tests use: the default one, or the second lane's (MNDS_CLUSTER_PREFIX, as
 # scripts/localcluster.py reads it; tests/e2e/lanes.py).  Its containers are <PREFIX>-<node>; its inventory and
 # keys are in folders of their own.
-PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", "mnds")
-SUFFIX = "" if PREFIX == "mnds" else f"-{PREFIX}"
-INVENTORY = ROOT / "inventories" / f"local{SUFFIX}" / "hosts.yml"
-CLUSTER_DIR = ROOT / f".cluster{SUFFIX}"
+DEFAULT_PREFIX = "mnds"
+
+
+def cluster_paths(prefix):
+    """The inventory and the keys' folder of the local cluster ``prefix`` (where scripts/localcluster.py writes
+    them)."""
+    suffix = "" if prefix == DEFAULT_PREFIX else f"-{prefix}"
+    return ROOT / "inventories" / f"local{suffix}" / "hosts.yml", ROOT / f".cluster{suffix}"
+
+
+PREFIX = os.environ.get("MNDS_CLUSTER_PREFIX", DEFAULT_PREFIX)
+INVENTORY, CLUSTER_DIR = cluster_paths(PREFIX)
 
 
 def node_name(node):

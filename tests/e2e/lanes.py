@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from e2e_nodes import cluster_paths
+
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
 PREFIX = "mndsb"
@@ -87,7 +89,7 @@ def start(after):
 
 def environment():
     """The second lane's environment: its cluster's prefix and inventory, and neither molecule nor the gates."""
-    inventory = ROOT / "inventories" / ("local-%s" % PREFIX) / "hosts.yml"
+    inventory, _keys = cluster_paths(PREFIX)
     return dict(os.environ, MNDS_LANE="b", MNDS_CLUSTER_PREFIX=PREFIX, ANSIBLE_INVENTORY=str(inventory),
                 MNDS_MOLECULE_EARLY="0", MNDS_PHASES_FILE=str(PHASES))
 

@@ -365,9 +365,9 @@ def _step_silence(steps, pace, stall_timeout, startup_timeout):
     if saving:
         limit = max(float(stall_timeout or 0), pace.save_limit(startup_timeout))
         return max([last] + saving), limit, "no rank finished a step or its checkpoint save"
-    limit = float(stall_timeout) if stall_timeout else pace.step_limit()
-    return last, limit, "no rank finished a step (%s)" % pace.describe() if not stall_timeout else \
-        "no rank finished a step"
+    if stall_timeout:
+        return last, float(stall_timeout), "no rank finished a step"
+    return last, pace.step_limit(), "no rank finished a step (%s)" % pace.describe()
 
 
 def _number(value):
