@@ -51,7 +51,8 @@ import threading
 import time
 from pathlib import Path
 
-from multinode_ds.rank import SECRET_VAR, read_env_file
+from multinode_ds import warm
+from multinode_ds.rank import ENV_FILE, SECRET_VAR, read_env_file
 
 MARKER = "MULTINODE_DS_RUN_ID"
 # File errors a shared disk gives (full, gone stale, failing): retried, then the node's ranks are stopped.
@@ -91,7 +92,38 @@ def run_pids(run_id: str, exclude=(), uid=None) -> list[int]:
                     pids.append(pid)
         except OSError:
             continue
-    return sorted(pids)
+    # Ranks forked by the node's warm process show its environment, not the run's: they are found by their record,
+    # and with them whatever they started without exec (a data loader's workers).
+    forked = [pid for pid, rec in warm.registered(uid).items() if rec.get("run_id") == run_id and pid not in exclude]
+    if forked:
+        pids += [pid for pid in descendants(forked, uid) if pid not in exclude]
+    return sorted(set(pids))
+
+
+def descendants(roots, uid) -> list:
+    """``roots`` and every process of this account below them (by their parent's PID in /proc/<pid>/stat)."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                text = fh.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 1:].split()
+        if len(fields) > 1 and fields[1].isdigit():
+            parent[int(entry)] = int(fields[1])
+    out, todo = set(), [p for p in roots if p in parent]
+    while todo:
+        pid = todo.pop()
+        if pid in out:
+            continue
+        out.add(pid)
+        todo += [child for child, ppid in parent.items() if ppid == pid]
+    return sorted(out)
 
 
 # A rank process in an uninterruptible wait (state D) this long counts as frozen (a driver or a file system that
@@ -113,7 +145,8 @@ def proc_state(pid: int):
 
 
 def proc_rank(pid: int):
-    """The global rank of a rank process (its RANK variable), or None (a launcher, a shell)."""
+    """The global rank of a rank process (its RANK variable, or a warm rank's record), or None (a launcher, a
+    shell)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             for item in fh.read().split(b"\0"):
@@ -122,7 +155,8 @@ def proc_rank(pid: int):
                     return int(value) if value.isdigit() else None
     except OSError:
         return None
-    return None
+    rank = str((warm.registered().get(pid) or {}).get("rank") or "")
+    return int(rank) if rank.isdigit() else None
 
 
 def frozen(pids, seen: dict, now: float, d_after: float = D_FROZEN_AFTER):
@@ -349,6 +383,7 @@ class Agent:
         self.sweep_after = args.sweep_after
         self.stop_signal = args.stop_signal
         self.ready_fd = args.ready_fd
+        self.warm = getattr(args, "warm", False)
         self.trouble = FileTrouble(self.host, args.io_patience)
         self.io = SharedIO(self.host, args.io_patience)
         self.terminated = None
@@ -521,6 +556,7 @@ class Agent:
         self.retried("creating the run's nodes/ and control/", lambda: [
             d.mkdir(parents=True, exist_ok=True) for d in (self.nodes, self.control)])
         self.run_env = self.retried("reading .deepspeed_env", read_env_file, self.run_dir / ".deepspeed_env")
+        self.warm_up()
         self.beat()
         if self.exists("ABORT"):
             self.beat(state="aborted", reason="the run was aborted before this node started")
@@ -537,6 +573,18 @@ class Agent:
         if self.child is not None:
             return self.state["exit_code"] if self.state["exit_code"] is not None else 1
         return 0 if reason == "finished" else 1
+
+    def warm_up(self):
+        """On a rank node of a run with warm ranks (``--warm``), a warm process for this node's ranks: one that serves
+        them, or one started now (they wait for its imports); the heartbeat says which (``warm``), or why none."""
+        if not self.warm:
+            return
+        env = self.retried("reading rank.env", read_env_file, self.run_dir / ENV_FILE)
+        try:
+            # The ranks' environment as their launcher gives it (this login's, then rank.env): the same warm key.
+            self.state["warm"] = warm.ensure(sys.executable, dict(os.environ, **env))
+        except Exception as exc:  # pylint: disable=broad-except
+            self.state["warm"] = "no warm ranks: %s" % exc
 
     def wait_for_end(self) -> str:
         """Beat until the run ends on this node; returns "finished", or why it stops."""
@@ -709,6 +757,9 @@ def parse_args(argv=None):
     p.add_argument("--ready-fd", type=int, default=None,
                    help="a descriptor to write 'ready' to, then close, once the agent watches the run (closed "
                         "without it when the agent stops before): pdsh's command starts the ranks only then")
+    p.add_argument("--warm", action="store_true",
+                   help="keep a warm process for this node's ranks (multinode_ds.warm): started when there is none, "
+                        "or when the stack changed; the ranks fork from it")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="the node's launcher command")
     args = p.parse_args(argv)
     if args.cmd and args.cmd[0] == "--":

@@ -29,6 +29,10 @@ WORK_DIR = "work"
 ENV_FILE = "rank.env"
 # The variable naming the node-local file of the run's secrets (rank.env holds its path, never a secret).
 SECRET_VAR = "MULTINODE_DS_SECRET_ENV"
+# "1": the rank starts from the node's warm process when there is one (multinode_ds.warm; -e warm_start).
+WARM_VAR = "MULTINODE_DS_WARM"
+# How the rank started, in its own environment: "warm", or "cold" (and why, when warm was asked for).
+START_VAR = "MULTINODE_DS_START"
 
 
 def read_env_file(path) -> dict:
@@ -111,7 +115,21 @@ def become(run_dir, local_rank, extra: dict | None = None):
     # A script shipped with -e workdir runs in its attempt's work/: a link to each top entry of the read-only
     # workspace (its data/ as on the controller; its imports come from the script's own directory, the workspace)
     # beside what it writes, collected with the run (plugins/module_utils/plan/workdir.py WORK_DIR).
-    os.chdir(os.path.join(run_dir, WORK_DIR) if env.get(WORKDIR_VAR) else run_dir)
+    cwd = os.path.join(run_dir, WORK_DIR) if env.get(WORKDIR_VAR) else run_dir
+    if env.get(WARM_VAR) == "1":
+        # The rank forked from the node's warm process (torch, DeepSpeed and transformers imported once per node):
+        # this process waits for it, passing on its signals, and ends as it ended.
+        from multinode_ds import warm  # pylint: disable=import-outside-toplevel
+        try:
+            secrets = read_secrets(env.get(SECRET_VAR, "")) if env.get(SECRET_VAR) else {}
+            warm.end_like(warm.run(argv, dict(env, **{START_VAR: "warm"}), cwd, secrets=tuple(secrets)))
+        except warm.Refused as exc:
+            env[START_VAR] = "cold: %s" % exc
+            sys.stderr.write("multinode_ds.rank: rank %s starts cold: %s\n" % (env.get("RANK", local_rank), exc))
+            sys.stderr.flush()
+    else:
+        env[START_VAR] = "cold"
+    os.chdir(cwd)
     os.execvpe(argv[0], argv, env)
 
 

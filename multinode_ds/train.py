@@ -424,7 +424,9 @@ def start_record(ranks, model, n_params, start_step, resumed) -> dict:
             "model": model, "n_params": n_params, "start_step": start_step, "time": time.time(),
             "resumed_from": resumed and resumed["tag"],
             "skipped_checkpoints": resumed and resumed["skipped"],
-            "process_start": process_start_time()}
+            "process_start": process_start_time(),
+            # "warm" (forked from the node's warm process), "cold", or "cold: why" (multinode_ds.rank, .warm).
+            "started": os.environ.get("MULTINODE_DS_START") or "cold"}
 
 
 def step_record(args, ranks, done, loss, loss_local, lr, step_time) -> dict:

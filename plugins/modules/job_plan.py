@@ -221,6 +221,14 @@ options:
           C(stall_timeout) is unset (a run of ten-minute steps is called hung after this at the latest).
         type: int
         default: 1800
+      warm_start:
+        description:
+          - V(true) - each node's ranks fork from the node's warm process, which imported torch, DeepSpeed and
+            transformers once (C(docs/agents.md#warm-ranks)); a rank starts cold, saying why, where there is none or
+            it is stale. The pdsh and ssh-free backends; Slurm and Kubernetes ranks always start cold.
+          - V(false) - every rank starts a fresh interpreter.
+        type: bool
+        default: true
       preflight:
         description:
           - V(true) - reuse a passing preflight of the same job, else run it (C(docs/preflight.md)); V(force) -

@@ -9,7 +9,9 @@ one rank each):
   bare       on the coordinator: deepspeed --hostfile H --master_addr M --launcher pdsh
              --module multinode_ds.train ..., with the environment train.yml gives the ranks
   train      ansible-playbook train.yml (preflight on, the default: a passing preflight of the same
-             job is reused; the first round's "force" run below records one)
+             job is reused; the first round's "force" run below records one); its ranks fork from each
+             worker's warm process (multinode_ds.warm), which the first run started
+  cold       the same with -e warm_start=false: every rank a fresh interpreter, as bare's
   no-pf      ansible-playbook train.yml -e preflight=false
   force      ansible-playbook train.yml -e preflight=force (the full preflight, every time)
   mitogen    (with --mitogen DIR) no-pf under Mitogen's mitogen_linear strategy
@@ -263,6 +265,7 @@ def main(argv=None) -> int:
     kinds = {"bare": lambda rid: bare(rid, args.steps, args.model),
              "force": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=force"]),
              "train": lambda rid: playbook(rid, args.steps, args.model, []),
+             "cold": lambda rid: playbook(rid, args.steps, args.model, ["-e", "warm_start=false"]),
              "no-pf": lambda rid: playbook(rid, args.steps, args.model, ["-e", "preflight=false"])}
     if args.slurm:
         kinds = {"srun": lambda rid: srun(rid, args.steps, args.model),

@@ -44,6 +44,10 @@ def run_processes(node, run_id):
     # environment of another account's processes.
     pids = podman("exec", node_name(node), "sh", "-c", script).stdout.split()
     pids += podman("exec", "--user", "deepspeed", node_name(node), "sh", "-c", script).stdout.split()
+    # A rank forked from the node's warm process shows that one's environment: its record names the run.
+    warm = (f"for f in /tmp/multinode-ds-warm-*/ranks/*.json; do grep -qF '\"run_id\": \"{run_id}\"' \"$f\" "
+            "2>/dev/null && basename \"$f\" .json; done; true")
+    pids += podman("exec", node_name(node), "sh", "-c", warm).stdout.split()
     return sorted(set(pids), key=int)
 
 

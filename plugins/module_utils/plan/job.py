@@ -166,6 +166,9 @@ def rank_env(job, settings, node_env, user):
            "TORCH_EXTENSIONS_DIR": job["torch_extensions_dir"], "PATH": job["venv"] + "/bin:" + SYSTEM_PATH,
            # DeepSpeed's launcher reads this run's file, never a .deepspeed_env in the user's home.
            "DS_ENV_FILE": job["run_dir"] + "/.deepspeed_env"}
+    if job.get("warm"):
+        # multinode_ds.rank starts the rank from the node's warm process when there is one (multinode_ds.warm).
+        env["MULTINODE_DS_WARM"] = "1"
     if job.get("interface"):
         env["GLOO_SOCKET_IFNAME"] = job["interface"]
     env.update(node_env or {})
@@ -273,6 +276,8 @@ def run_settings(job, settings, problems):
     _switch(settings, "preflight", problems, also=("force",))
     job["stall_timeout"] = stall_timeout(settings, job["timeout"], problems)
     job["stall_floor"], job["stall_ceiling"] = stall_bounds(settings, problems)
+    # Ranks fork from each node's warm process (multinode_ds.warm) unless -e warm_start=false.
+    job["warm_start"] = True if settings.get("warm_start") in (None, "") else _switch(settings, "warm_start", problems)
 
 
 def stall_bounds(settings, problems):
@@ -654,7 +659,7 @@ def plan(settings, workers, coordinators, now, backends):
     # This play's own token: the run directory is claimed with it (run_prepare), so two plays never share one.
     job["run_token"] = settings.get("run_token") or None
     job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,
-                "entrypoint": entrypoint, "args": args})
+                "entrypoint": entrypoint, "args": args, "warm": bool(job["warm_start"] and backend.start.warm)})
     job["model_path"] = settings.get("model_path") or None
     job.update(placement(job, layout, workers, coordinators))
     job["metrics"] = not entrypoint

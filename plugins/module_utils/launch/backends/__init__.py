@@ -119,6 +119,10 @@ class Options(Part):
 class Start(Part):
     """How the ranks start: the launcher's argv, more files of the run directory, whether the play starts the run."""
 
+    # Ranks may fork from the node's warm process (multinode_ds.warm, -e warm_start): False where a rank must be the
+    # launcher's own child (a scheduler's job step, whose cgroup and accounting a forked rank would escape).
+    warm = True
+
     def argv(self, job, node):
         """The launcher's argv on ``node``: by default DeepSpeed's per-node launcher (``node_launch_argv``), whose
         program is ``rank_program`` (never ``job["program"]``)."""
@@ -178,7 +182,8 @@ def agent_shell(backend, job, node_index):
     index = dict((h, n) for n, h in enumerate(job["rank_hosts"]))
     name = "\0host"  # a word no argv holds: the node's name in the agent's argv, read from $h
     agent = " ".join('"$h"' if w == name else shlex.quote(w)
-                     for w in backend.stop.agent_argv(job, name, None) + ["--ready-fd", "3"])
+                     for w in backend.stop.agent_argv(job, name, None) + ["--ready-fd", "3"]
+                     + (["--warm"] if job.get("warm") else []))  # every one a rank node's
     # The ranks start only once the agent watches the run: it writes "ready" to descriptor 3 (the command
     # substitution's pipe, which ends when the agent closes it or exits); else the node's command fails, naming it.
     return ('case %s in %s *) h= ;; esac && { [ -z "$h" ] || { r=$(setsid -f %s 3>&1 </dev/null '
@@ -252,6 +257,8 @@ class Stop(Part):
             argv += ["--sweep-after", str(self.sweep_after)]
         if launch and self.signal != "TERM":
             argv += ["--stop-signal", self.signal]
+        if job.get("warm") and node in job["rank_hosts"]:
+            argv += ["--warm"]  # a rank node's agent keeps a warm process for its ranks (multinode_ds.warm)
         return argv + (["--"] + list(launch) if launch else [])
 
 

@@ -81,7 +81,10 @@ class Options(backends.Options):
 
 class Start(backends.Start):
     """Every pod starts DeepSpeed for its ordinal with pod 0's stable DNS name as the master; the play applies the
-    objects (or writes them and stops)."""
+    objects (or writes them and stops).  Ranks start cold: a pod is new for every run, so no process of the node
+    outlives one to stay warm in it."""
+
+    warm = False
 
     def argv(self, job, node):
         opts = job["backend_options"]

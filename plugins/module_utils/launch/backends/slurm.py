@@ -89,7 +89,11 @@ class Options(backends.Options):
 
 
 class Start(backends.Start):
-    """The coordinator's agent submits the batch script and follows the job; srun starts each rank (``rank_argv``)."""
+    """The coordinator's agent submits the batch script and follows the job; srun starts each rank (``rank_argv``).
+    Ranks start cold: a rank forked from a warm process would run outside its job step's cgroup, beyond Slurm's
+    limits, accounting and kill."""
+
+    warm = False
 
     def argv(self, job, node):
         return [job["venv"] + "/bin/python", "-m", "multinode_ds.slurm", "job", "--run-dir", job["run_dir"],

@@ -121,8 +121,10 @@ def test_pdsh_agent_argv_for_the_launcher_and_the_watchers():
     for host in ("worker1", "worker2"):
         argv = launch["agent_argv"][host]
         assert "--" not in argv
+        # A rank node's agent keeps the node's warm process for its ranks; the coordinator's, which runs none, not.
         assert argv == head + ["--run-id", job["run_id"], "--host", host, "--max-time", "900", "--lease-timeout",
-                               "%g" % lease_timeout(), "--leftover-grace", "5"]
+                               "%g" % lease_timeout(), "--leftover-grace", "5", "--warm"]
+    assert "--warm" not in coord
 
 
 def test_ssh_free_agent_argv_all_launch():

@@ -28,11 +28,15 @@ def test_run_settings_read_the_numbers_and_switches():
     job, problems = {}, []
     J.run_settings(job, {"steps": "7", "timeout": "120", "resume": "yes", "stall_timeout": "60"}, problems)
     assert problems == [] and job == {"steps": 7, "master_port": 29500, "timeout": 120, "save_interval": 0,
-                                      "resume": True, "stall_timeout": 60, "stall_floor": 10, "stall_ceiling": 1800}
+                                      "resume": True, "stall_timeout": 60, "stall_floor": 10, "stall_ceiling": 1800,
+                                      "warm_start": True}
     J.run_settings({}, {"preflight": "force"}, problems)
     assert problems == []
-    J.run_settings({}, {"preflight": "maybe", "master_port": 22}, problems)
-    assert [p.split(" ")[0] for p in problems] == ["master_port=22", "preflight=maybe"]
+    cold = {}
+    J.run_settings(cold, {"warm_start": "false"}, problems)
+    assert problems == [] and cold["warm_start"] is False
+    J.run_settings({}, {"preflight": "maybe", "master_port": 22, "warm_start": "sometimes"}, problems)
+    assert [p.split(" ")[0] for p in problems] == ["master_port=22", "preflight=maybe", "warm_start=sometimes"]
 
 
 def test_stall_timeout_is_unset_or_shorter_than_the_timeout():

@@ -170,3 +170,15 @@ def test_a_trainer_option_that_begins_a_planned_one_is_no_abbreviation_of_it():
     bad-input test's missing-data case then names the missing path on the node)."""
     job = plan({"args": "--data /shared/corpus --seed 7"}, WORKERS, ["coord"], NOW, backends)
     assert job["program"][-4:] == ["--data", "/shared/corpus", "--seed", "7"]
+
+
+@pytest.mark.parametrize("backend", sorted(backends.REGISTRY))
+def test_ranks_start_warm_where_the_backend_lets_them_unless_warm_start_is_false(backend):
+    settings = {"backend": backend, "k8s_image": "mnds-node:local"}
+    job = plan(settings, WORKERS, ["coord"], NOW, backends)
+    # Slurm's ranks stay in their job step (its cgroup, accounting, kill); a pod is new every run.
+    assert job["warm"] is (backend in ("pdsh", "ssh-free"))
+    assert job["env"].get("MULTINODE_DS_WARM") == ("1" if job["warm"] else None)
+    cold = plan(dict(settings, warm_start="false"), WORKERS, ["coord"], NOW, backends)
+    assert cold["warm"] is False and "MULTINODE_DS_WARM" not in cold["env"]
+    refused(dict(settings, warm_start="often"), "warm_start=often is not a yes/no value")
