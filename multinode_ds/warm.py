@@ -166,9 +166,10 @@ def start_time(pid: int):
     return int(fields[19]) if len(fields) > 19 else None
 
 
-def registered(uid=None, base=None) -> dict:
+def registered(uid=None, base=None, prune=False) -> dict:
     """The warm ranks running now: ``{pid: {"run_id", "rank", "start"}}``, only records whose process is alive,
-    this account's, and the one that was forked (its start time matches: no reused PID)."""
+    this account's, and the one that was forked (its start time matches: no reused PID).  ``prune``: remove the
+    other records (a node restarted under its warm process leaves them: /tmp outlives a container's stop)."""
     uid = os.getuid() if uid is None else uid
     ranks = os.path.join(base or home_dir(uid), "ranks")
     out = {}
@@ -177,20 +178,32 @@ def registered(uid=None, base=None) -> dict:
     except OSError:
         return out
     for name in names:
+        if prune and name.endswith(".json") and name[:-5].isdigit() and not registered_one(ranks, name, uid):
+            try:
+                os.unlink(os.path.join(ranks, name))
+            except OSError:
+                pass
+            continue
         if not name.endswith(".json") or not name[:-5].isdigit():
             continue
-        pid = int(name[:-5])
-        try:
-            fd = os.open(os.path.join(ranks, name), os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as fh:
-                record = json.loads(fh.read(4096))
-            if os.stat("/proc/%d" % pid).st_uid != uid:
-                continue
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("start") == start_time(pid):
-            out[pid] = record
+        record = registered_one(ranks, name, uid)
+        if record:
+            out[int(name[:-5])] = record
     return out
+
+
+def registered_one(ranks, name, uid):
+    """The record ``name`` (``<pid>.json``) while its process runs, this account's, started when recorded."""
+    pid = int(name[:-5])
+    try:
+        fd = os.open(os.path.join(ranks, name), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as fh:
+            record = json.loads(fh.read(4096))
+        if os.stat("/proc/%d" % pid).st_uid != uid:
+            return None
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("start") == start_time(pid) else None
 
 
 # -- the wire: 4-byte length, JSON; the standard streams as SCM_RIGHTS ---------------------------------------
@@ -343,7 +356,10 @@ def _umask() -> int:
 def end_like(status: int):
     """Exit as the rank did: its code, or the signal that ended it (DeepSpeed's launcher reads -N)."""
     if status < 0:
-        signal.signal(-status, signal.SIG_DFL)
+        try:
+            signal.signal(-status, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP keep their default action: no handler may be set
         os.kill(os.getpid(), -status)
         time.sleep(1)
         status = 128 - status
@@ -527,6 +543,7 @@ class Server:
                 self.say("not preloaded: %s (%s)" % (name, exc))
         self.fingerprint = fingerprint()
         self.base_path = list(sys.path)
+        registered(base=self.base, prune=True)  # what a node's restart left of earlier warm processes' ranks
         try:
             os.unlink(self.sock_path)
         except FileNotFoundError:

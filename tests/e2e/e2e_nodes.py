@@ -44,10 +44,12 @@ def run_processes(node, run_id):
     # environment of another account's processes.
     pids = podman("exec", node_name(node), "sh", "-c", script).stdout.split()
     pids += podman("exec", "--user", "deepspeed", node_name(node), "sh", "-c", script).stdout.split()
-    # A rank forked from the node's warm process shows that one's environment: its record names the run.
-    warm = (f"for f in /tmp/multinode-ds-warm-*/ranks/*.json; do grep -qF '\"run_id\": \"{run_id}\"' \"$f\" "
-            "2>/dev/null && basename \"$f\" .json; done; true")
-    pids += podman("exec", node_name(node), "sh", "-c", warm).stdout.split()
+    # A rank forked from the node's warm process shows that one's environment: its record names the run (read as
+    # the agent reads it: a record whose process is gone, or whose PID was reused, is none).
+    warm = ("from multinode_ds import warm; import sys; print(' '.join(str(p) for p, r in warm.registered().items() "
+            "if r.get('run_id') == sys.argv[1]))")
+    pids += podman("exec", "--user", "deepspeed", node_name(node), "/opt/multinode-deepspeed/venv/bin/python", "-c",
+                   warm, run_id).stdout.split()
     return sorted(set(pids), key=int)
 
 

@@ -285,3 +285,29 @@ def test_the_agent_retires_a_stale_warm_process_and_the_runs_ranks_fork_from_a_n
     assert lines[1]["pid"] != first
     # The retired one gave its name up and left nothing behind once it exited.
     assert wait_for(lambda: not [n for n in os.listdir(node["home"]) if ".retired-" in n])
+
+
+@pytest.mark.parametrize("status", [0, 3, -signal.SIGTERM, -signal.SIGKILL, -signal.SIGINT])
+def test_the_rank_process_ends_as_its_forked_rank_did(status):
+    # DeepSpeed's launcher reads "exits with return code = -9" for a rank killed outright: the same from here.
+    out = subprocess.run([sys.executable, "-c", "from multinode_ds import warm; warm.end_like(%d)" % status],
+                         capture_output=True, text=True, timeout=30, check=False,
+                         env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))
+    assert out.returncode == status, out.stderr
+
+
+def test_records_of_ranks_that_are_gone_are_not_the_runs_and_a_new_warm_process_prunes_them(tmp_path):
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    (ranks / ("%d.json" % gone.pid)).write_text(json.dumps({"run_id": "r", "rank": "1", "start": 1}))
+    (ranks / ("%d.json" % os.getpid())).write_text(json.dumps({"run_id": "r", "rank": "0", "start": 1}))
+    me = ranks / ("%d.json" % os.getppid())
+    me.write_text(json.dumps({"run_id": "r", "rank": "2", "start": warm.start_time(os.getppid())}))
+    # A process that is gone, and a live PID that started at another time (reused), are not the run's.
+    assert warm.registered(base=str(tmp_path)) == {os.getppid(): {"run_id": "r", "rank": "2",
+                                                                  "start": warm.start_time(os.getppid())}}
+    assert len(list(ranks.iterdir())) == 3
+    warm.registered(base=str(tmp_path), prune=True)
+    assert [p.name for p in ranks.iterdir()] == [me.name]
