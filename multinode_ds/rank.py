@@ -84,13 +84,17 @@ def resume_tag(env: dict) -> str:
         return ""
 
 
-def rank_environment(run_dir, base: dict, extra: dict | None = None) -> dict:
+def rank_environment(run_dir, base: dict, extra: dict | None = None, secrets_out: dict | None = None) -> dict:
     """``base`` (the launcher's environment), then ``rank.env``, then ``extra`` (what the launcher gives this
-    rank: RANK, LOCAL_RANK...), then the secrets; and the checkpoint a later attempt resumes from."""
+    rank: RANK, LOCAL_RANK...), then the secrets (also into ``secrets_out``, when given); and the checkpoint a
+    later attempt resumes from."""
     env = dict(base)
     env.update(read_env_file(os.path.join(run_dir, ENV_FILE)))
     env.update(extra or {})
-    env.update(read_secrets(env.get(SECRET_VAR, "")))
+    secrets = read_secrets(env.get(SECRET_VAR, ""))
+    env.update(secrets)
+    if secrets_out is not None:
+        secrets_out.update(secrets)
     env["MULTINODE_DS_RESUME_TAG"] = resume_tag(env)
     return env
 
@@ -110,7 +114,8 @@ def read_program(run_dir) -> list:
 def become(run_dir, local_rank, extra: dict | None = None):
     """Replace this process by the rank's program (the PID stays: the launcher waits on it)."""
     program = read_program(run_dir)
-    env = rank_environment(run_dir, os.environ, extra)
+    secrets = {}
+    env = rank_environment(run_dir, os.environ, extra, secrets_out=secrets)
     argv = program_argv(sys.executable, program, local_rank)
     # A script shipped with -e workdir runs in its attempt's work/: a link to each top entry of the read-only
     # workspace (its data/ as on the controller; its imports come from the script's own directory, the workspace)
@@ -121,7 +126,6 @@ def become(run_dir, local_rank, extra: dict | None = None):
         # this process waits for it, passing on its signals, and ends as it ended.
         from multinode_ds import warm  # pylint: disable=import-outside-toplevel
         try:
-            secrets = read_secrets(env.get(SECRET_VAR, "")) if env.get(SECRET_VAR) else {}
             warm.end_like(warm.run(argv, dict(env, **{START_VAR: "warm"}), cwd, secrets=tuple(secrets)))
         except warm.Refused as exc:
             env[START_VAR] = "cold: %s" % exc
