@@ -109,6 +109,9 @@ def pytest_collection_finish(session):
         _early().start()
         # The second lane, if split kept any of its tests, once this session's first site.yml ended.
         _lanes().start(_early().done_event())
+        # The stack's image that the Kubernetes pods' tests pull, built in the background once site.yml has ended.
+        if any("registry" in getattr(item, "fixturenames", ()) for item in session.items):
+            _early().image_start()
     # The Kubernetes tests' control plane, compiled the first time: in the background at the lowest priority.
     if any(item.get_closest_marker("k8s") is not None for item in session.items) \
             and os.environ.get("MNDS_E2E_EARLY", "1") != "0":

@@ -84,10 +84,13 @@ def main():
                 os.makedirs(path, exist_ok=True)
             elif os.path.lexists(path):
                 os.unlink(path)
-        rc, _out, err = module.run_command(["tar", "--numeric-owner", "-C", rootfs, "-cf", tarball + ".part", "."])
+        # Written inside this build's own work directory, then renamed: two builds at once never write one file.
+        part = os.path.join(work, "base.tar")
+        rc, _out, err = module.run_command(["tar", "--numeric-owner", "-C", rootfs, "-cf", part, "."])
         if rc != 0:
             module.fail_json(msg="tar of the base failed: %s" % (err or "").strip()[-500:])
-        os.replace(tarball + ".part", tarball)
+        os.chmod(part, 0o644)
+        os.replace(part, tarball)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     module.exit_json(changed=True, tarball=tarball, seconds=round(time.time() - t0, 1))

@@ -82,6 +82,12 @@ labels:
   description: The image's labels.
   returned: always
   type: dict
+context:
+  description: >-
+    The build context's directory (with O(write=true)): a new one beside the planned path, so that two builds at
+    once never share one; the caller removes it. In check mode, the planned path (nothing is written).
+  returned: when write
+  type: str
 containerfile:
   description: The Containerfile's path in the context (with O(write=true); in check mode it is not written).
   returned: when write
@@ -157,10 +163,11 @@ def _pip_wheel(module, members):
 
 
 def write_context(image, wheels, trainer_src, utils_src, text):
-    """The build context: base.tar and the wheels as hard links, the node package, the Containerfile."""
-    ctx = image["context"]
-    if os.path.isdir(ctx):
-        shutil.rmtree(ctx)
+    """The build context, in a new directory of its own beside the planned path (two builds at once never share
+    one): base.tar and the wheels as hard links, the node package, the Containerfile.  Returns its path."""
+    os.makedirs(os.path.dirname(image["context"]), exist_ok=True)
+    ctx = tempfile.mkdtemp(prefix=os.path.basename(image["context"]) + "-", dir=os.path.dirname(image["context"]))
+    os.chmod(ctx, 0o755)
     os.makedirs(os.path.join(ctx, "wheels"))
     for name in sorted(os.listdir(wheels)):
         if name.endswith(".whl"):
@@ -172,6 +179,7 @@ def write_context(image, wheels, trainer_src, utils_src, text):
         shutil.copyfile(os.path.join(utils_src, src), os.path.join(ctx, "multinode_ds", dest))
     with open(os.path.join(ctx, "Containerfile"), "w") as fh:
         fh.write(text)
+    return ctx
 
 
 def _link(src, dest):
@@ -212,9 +220,10 @@ def main():
         except build.ImageError as exc:
             module.fail_json(msg=str(exc), **result)
         result["changed"] = True
-        result["containerfile"] = os.path.join(image["context"], "Containerfile")
+        result["context"] = image["context"]
         if not module.check_mode:
-            write_context(image, p["wheels"], p["trainer_src"], p["module_utils_src"], text)
+            result["context"] = write_context(image, p["wheels"], p["trainer_src"], p["module_utils_src"], text)
+        result["containerfile"] = os.path.join(result["context"], "Containerfile")
     module.exit_json(**result)
 
 

@@ -1,6 +1,7 @@
 """What the end-to-end tests ask of the local cluster's nodes (imported by the test modules)."""
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -183,3 +184,33 @@ def k8s_exists(api, kind, name, ns):
         if exc.status == 404:
             return False
         raise
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_registry(root, auth=False):
+    """Debian's docker-registry on a free loopback port, its storage under ``root`` (``auth``: token auth whose
+    token service is absent, so every request without credentials is refused): (address, process)."""
+    port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    conf = root / "config.yml"
+    text = ("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n"
+            "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n" % (root / "data", port))
+    if auth:
+        text += "auth:\n  silly:\n    realm: http://127.0.0.1:%d/token\n    service: mnds-e2e\n" % port
+    conf.write_text(text)
+    proc = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=(root / "log").open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return "127.0.0.1:%d" % port, proc
+        except OSError:
+            assert proc.poll() is None, (root / "log").read_text()
+            time.sleep(0.2)
+    raise AssertionError("docker-registry did not listen on %d: %s" % (port, (root / "log").read_text()))

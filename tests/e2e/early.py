@@ -3,15 +3,18 @@ is collected (tests/conftest.py): they overlap the unit tests and the quality ch
 The fixtures ``cluster`` and ``provisioned`` (tests/e2e/conftest.py) wait for them here; without an early start
 they run them themselves, as before.  site.yml builds the controller's wheelhouse: the molecule scenarios that
 install from it start once it is done."""
+import atexit
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import background
-from e2e_nodes import INVENTORY
+from e2e_nodes import INVENTORY, start_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
@@ -38,8 +41,9 @@ class Result:
         return "\n".join(self.out.splitlines()[-n:])
 
 
-def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_extra=None, cwd=ROOT):
-    """ansible-playbook from the repo root with the repo's ansible.cfg; its output goes to tests/output/<name>-<t>.log."""
+def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_extra=None, cwd=ROOT, cgroup=None):
+    """ansible-playbook from the repo root with the repo's ansible.cfg; its output goes to tests/output/<name>-<t>.log
+    (``cgroup``: a cpu cgroup of tests/background.py it runs in)."""
     OUTPUT.mkdir(parents=True, exist_ok=True)
     cmd = [str(BIN / "ansible-playbook"), playbook, *extra]
     if inventory:
@@ -51,7 +55,8 @@ def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_
     t0 = time.time()
     # stdin: a /dev/null of its own (tests/background.py's run says why).
     proc = subprocess.run(cmd, cwd=cwd, env=env, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, text=True, timeout=timeout)
+                          stdin=subprocess.DEVNULL, text=True, timeout=timeout,
+                          preexec_fn=background.joiner(cgroup) if cgroup else None)  # pylint: disable=W1509
     log.write_text(proc.stdout)
     print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
     return Result(proc.returncode, proc.stdout, log)
@@ -113,7 +118,67 @@ def timings():
         out["local cluster up (early)"] = _state["cluster"][2]
     if _state.get("site_seconds") is not None:
         out["first site.yml (early)"] = _state["site_seconds"]
+    if _image.get("seconds") is not None:
+        out["image.yml (early)"] = _image["seconds"]
     return out
+
+
+# ---------------------------------------------------------------- the stack's image (test_kubernetes_pods)
+
+_image = {}
+IMAGE_GROUP = "mnds-image"
+
+
+def image_start():
+    """Once the first site.yml has ended well (the workers' stack chosen, the controller's wheelhouse built): a
+    registry on loopback (e2e_nodes.start_registry) and image.yml building the stack's image and pushing it there,
+    in the background at the background jobs' CPU weight (tests/background.py), so that test_kubernetes_pods
+    finds it built instead of building it in its setup (about two minutes of both cores).  Once per session."""
+    with _lock:
+        if "done" in _image:
+            return
+        _image["done"] = threading.Event()
+    threading.Thread(target=_image_work, name="e2e-image", daemon=True).start()
+
+
+def _image_work():
+    try:
+        _done.wait()
+        site = _state.get("site")
+        if site is None or site.rc != 0:
+            return  # test_kubernetes_pods's fixture builds it (and `provisioned` fails with site.yml's output)
+        root = Path(tempfile.mkdtemp(prefix="mnds-registry-"))
+        address, proc = start_registry(root)
+        atexit.register(_stop_registry, proc)
+        _image.update(root=root, address=address, proc=proc, cgroup=background.cgroup(IMAGE_GROUP, background.WEIGHT))
+        t0 = time.time()
+        _image["result"] = run_playbook("image.yml", "-e", f"image_registry={address}", "-e",
+                                        "image_registry_insecure=true", name="image-first", cgroup=_image["cgroup"])
+        _image["seconds"] = time.time() - t0
+    except Exception as exc:  # pylint: disable=broad-except
+        _image["error"] = "%s: %s" % (type(exc).__name__, exc)
+    finally:
+        _image["done"].set()
+
+
+def _stop_registry(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+
+
+def image(timeout=3600):
+    """The early image.yml once it ended: {"root", "address", "proc" (the registry), "result" (a Result),
+    "seconds"}; None when it was not started or did not run (site.yml failed).  While it still runs, the test that
+    waits for it raises it to the normal weight."""
+    if "done" not in _image:
+        return None
+    if not _image["done"].is_set() and _image.get("cgroup") is not None:
+        background.weight(_image["cgroup"], 1024)
+    _image["done"].wait(timeout)
+    if "error" in _image:
+        raise RuntimeError("the early image.yml failed to run: %s" % _image["error"])
+    return dict(_image) if "result" in _image else None
 
 
 # ---------------------------------------------------------------- the local Kubernetes build

@@ -11,8 +11,8 @@ apiserver from the kubelet.  Nothing is stood in for."""
 import json
 import os
 import re
+import shutil
 import signal
-import socket
 import subprocess
 import tarfile
 import time
@@ -20,8 +20,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_nodes import (CLUSTER_DIR, K8S, KUBECONFIG, PREFIX, k8s_build, k8s_exists, k8s_local, k8s_read, load_summary, node_name,
-                       podman, start_train)
+from e2e_nodes import (CLUSTER_DIR, K8S, KUBECONFIG, PREFIX, free_port, k8s_build, k8s_exists, k8s_local, k8s_read,
+                       load_summary, node_name, podman, start_registry, start_train)
+import early
 from early import run_playbook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.k8s]
@@ -48,36 +49,6 @@ def volume_path():
     return res.stdout.strip()
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_registry(root, auth=False):
-    """Debian's docker-registry on a free loopback port, its storage under ``root`` (``auth``: token auth whose
-    token service is absent, so every request without credentials is refused): (address, process)."""
-    port = free_port()
-    root.mkdir(parents=True, exist_ok=True)
-    conf = root / "config.yml"
-    text = ("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n"
-            "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n" % (root / "data", port))
-    if auth:
-        text += "auth:\n  silly:\n    realm: http://127.0.0.1:%d/token\n    service: mnds-e2e\n" % port
-    conf.write_text(text)
-    proc = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=(root / "log").open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return "127.0.0.1:%d" % port, proc
-        except OSError:
-            assert proc.poll() is None, (root / "log").read_text()
-            time.sleep(0.2)
-    raise AssertionError("docker-registry did not listen on %d: %s" % (port, (root / "log").read_text()))
-
-
 def image_yml(registry, *extra, name="image"):
     return run_playbook("image.yml", "-e", f"image_registry={registry}", "-e", "image_registry_insecure=true",
                         *extra, name=name)
@@ -94,12 +65,17 @@ def shown_image(res):
 @pytest.fixture(scope="module")
 def registry(provisioned, tmp_path_factory):
     """A real OCI registry on loopback, and the stack's image built by image.yml and pushed to it."""
-    root = tmp_path_factory.mktemp("registry")
-    address, proc = start_registry(root)
+    built = early.image()  # built in the background since site.yml ended (tests/e2e/early.py), or now
+    if built is not None:
+        root, address, proc, res, took = built["root"], built["address"], built["proc"], built["result"], built["seconds"]
+    else:
+        root = tmp_path_factory.mktemp("registry")
+        address, proc = start_registry(root)
     try:
-        t0 = time.time()
-        res = image_yml(address, name="image-first")
-        took = time.time() - t0
+        if built is None:
+            t0 = time.time()
+            res = image_yml(address, name="image-first")
+            took = time.time() - t0
         assert res.rc == 0, res.tail(80)
         ref, built = shown_image(res)
         assert built and ref.startswith(address + "/multinode-deepspeed:"), ref
@@ -107,10 +83,12 @@ def registry(provisioned, tmp_path_factory):
         print(f"image.yml: built and pushed {ref} in {took:.0f}s; {size / 1e6:.0f} MB in the registry")
         yield {"address": address, "ref": ref, "root": root, "first": took, "size": size}
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-        # The image was pushed: the build host's copy is not needed again.
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        # The image was pushed: the build host's copy is not needed again; nor is the registry's storage.
         podman("rmi", "-f", ref, timeout=120) if "ref" in locals() else None
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
