@@ -429,13 +429,15 @@ def start_record(ranks, model, n_params, start_step, resumed) -> dict:
             "started": os.environ.get("MULTINODE_DS_START") or "cold"}
 
 
-def step_record(args, ranks, done, loss, loss_local, lr, step_time) -> dict:
-    """The metrics line of step ``done`` (counted from 1): the loss averaged over the ranks, this rank's, the rates."""
+def step_record(args, ranks, done, loss, loss_local, lr, step_time, compute=None) -> dict:
+    """The metrics line of step ``done`` (counted from 1): the loss averaged over the ranks, this rank's, the rates,
+    and ``compute``, this rank's own work outside collectives in the step (its forward passes), which the watch
+    compares across ranks to name a straggler (module_utils/run/stragglers.py)."""
     accum = max(1, getattr(args, "grad_accum", 1))
     tokens_per_step = args.micro_batch * args.seq_len * ranks.world * accum
     return {
         "event": "step", "step": done, "total_steps": args.steps, "loss": loss,
-        "loss_local": loss_local, "lr": lr, "step_time": step_time,
+        "loss_local": loss_local, "lr": lr, "step_time": step_time, "compute": compute,
         "samples_per_sec": args.micro_batch * ranks.world * accum / step_time,
         "tokens_per_sec": tokens_per_step / step_time,
         "rank": ranks.rank, "local_rank": ranks.local_rank, "world_size": ranks.world, "host": ranks.host,
@@ -468,30 +470,51 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
 
     loss_val = float("nan")
     accum = max(1, getattr(args, "grad_accum", 1))
+    sync = torch.cuda.synchronize if getattr(ranks.device, "type", "cpu") == "cuda" else (lambda: None)
+    asked = {"path": os.path.join(args.run_dir, "control", "SAVE"), "done": False, "looked": 0.0}
     for step in range(start_step, args.steps):
         t0 = time.time()
-        local = 0.0
+        local = compute = 0.0
         # With --grad-accum N, rank r takes the micro-batches of ranks r*N..r*N+N-1 of a world N times larger.
         for micro in range(accum):
             batch = data_mod.rank_batches(blocks, ranks.rank * accum + micro, ranks.world * accum, args.micro_batch,
                                           args.seed, step)
             ids = torch.tensor(batch, dtype=torch.long, device=ranks.device)
+            # The forward pass is this rank's own work (no collective below ZeRO stage 3): timed, on a GPU to the
+            # end of its kernels.
+            sync()
+            c0 = time.perf_counter()
             out = engine(input_ids=ids, labels=ids)
+            sync()
+            compute += time.perf_counter() - c0
             engine.backward(out.loss)
             engine.step()
             local += out.loss.detach().float().item() / accum
-        mean_loss = torch.tensor(local)
-        dist.all_reduce(mean_loss)
-        loss_val = mean_loss.item() / ranks.world
+        # The loss summed over the ranks, and whether the watch asked for a checkpoint (rank 0 looks): one collective.
+        summed = torch.tensor([local, 1.0 if ranks.rank == 0 and save_asked(asked, time.time()) else 0.0])
+        dist.all_reduce(summed)
+        loss_val = summed[0].item() / ranks.world
+        save_now = summed[1].item() > 0 and not asked["done"]
+        asked["done"] = asked["done"] or save_now
         dt = time.time() - t0
-        rec = step_record(args, ranks, step + 1, loss_val, local, engine.get_lr()[0], dt)
+        rec = step_record(args, ranks, step + 1, loss_val, local, engine.get_lr()[0], dt, compute)
         metrics.write(rec)
         monitor_loss(engine, loss_val)
         if ranks.rank == 0 and progress_due(step + 1, args.steps, args.print_every):
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
-        if checkpoint_due(step + 1, args.steps, args.save_interval):
+        if checkpoint_due(step + 1, args.steps, args.save_interval) or (save_now and step + 1 < args.steps):
             save(engine, ckpt_dir, step + 1, ranks, metrics)
     return loss_val
+
+
+def save_asked(asked, now, every=1.0):
+    """Whether the run's ``control/SAVE`` exists (the watch asks for a checkpoint, e.g. before it moves the run off a
+    straggler): looked for at most once every ``every`` seconds, and never again once a save answered it
+    (``asked``: ``{"path", "done", "looked"}``)."""
+    if asked["done"] or now - asked["looked"] < every:
+        return False
+    asked["looked"] = now
+    return os.path.exists(asked["path"])
 
 
 def monitor_loss(engine, loss) -> None:

@@ -25,6 +25,7 @@ SETTINGS = {
     "resume": "resume", "save_interval": "save_interval", "ds_config": "ds_config", "model_path": "model_path",
     "dataset": "dataset", "master_port": "master_port", "timeout": "timeout", "stall_timeout": "stall_timeout",
     "stall_floor": "stall_floor", "stall_ceiling": "stall_ceiling", "warm_start": "warm_start",
+    "straggler_threshold": "straggler_threshold", "straggler_steps": "straggler_steps", "on_straggler": "on_straggler",
     "startup_timeout": "startup_timeout", "queue_timeout": "queue_timeout",
     "run_id": "run_id", "hosts": "hosts", "preflight": "preflight",
     "exclude": "exclude", "deepspeed_rank_env": "deepspeed_rank_env", "secret_env": "secret_env",

@@ -23,10 +23,12 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle imp
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.pace import Pace
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run.stragglers import (
+    Stragglers, describe, moved_reason, save_wait, saved_since)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STATUS_RETRY, STATUS_TIMEOUT, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk,
-    abort_for_pods, abort_for_queue, abort_for_stall, abort_for_timeout, decide, disk_full, give_up_reason,
+    abort_for_pods, abort_for_queue, abort_for_stall, abort_for_straggler, abort_for_timeout, decide, disk_full, give_up_reason,
     ignore_signals, interruption_reason, progress_line, queue_state, restore_signals, stalled, start_time,
     stop_overdue, switch_line, switch_keepalive, trap_stop_signals, quiet_nodes, unreachable, watch_options)
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
@@ -42,7 +44,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset(("run_dir", "nodes", "launchers", "world_size", "total_steps", "poll_interval",
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
                              "timeout", "stall_timeout", "stall_floor", "stall_ceiling", "startup_timeout",
-                             "queue_timeout", "status_retry",
+                             "queue_timeout", "status_retry", "straggler",
                              "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes"))
 
     _status_timeout = STATUS_TIMEOUT
@@ -191,6 +193,9 @@ class ActionModule(ActionBase):
         loop = _Loop(time.time(), task_vars.get("inventory_hostname"), StatusRetry(opts["status_retry"]))
         # The run's pace (its step and save times), learned from every poll: the silence that makes it hung.
         loop.pace = Pace(opts["stall_floor"], opts["stall_ceiling"])
+        # Each rank's compute pace against its peers': the node that lags is named, or moved off (on_straggler).
+        straggler = args.get("straggler") or None
+        loop.stragglers = Stragglers(straggler["threshold"], straggler["steps"]) if straggler else None
         # Ansible's worker dies at once on SIGINT/SIGTERM; catch them so that the run is stopped first.
         previous = trap_stop_signals()
         finished = False
@@ -220,7 +225,8 @@ class ActionModule(ActionBase):
                       lost=self._lost(task_vars, loop, opts["addresses"]), abort=status.get("abort"),
                       ranks=status.get("ranks", {}), done_ranks=status.get("done_ranks", []),
                       elapsed=time.time() - loop.t0, follow=follower.record() if follower is not None else None,
-                      unreachable=loop.gave_up, cause=loop.cause or (loop.reason if loop.gave_up else None))
+                      unreachable=loop.gave_up, cause=loop.cause or (loop.reason if loop.gave_up else None),
+                      stragglers=loop.stragglers.record() if loop.stragglers is not None else None)
         if loop.warnings:
             result["warnings"] = list(result.get("warnings") or []) + loop.warnings
         return result
@@ -369,8 +375,33 @@ class ActionModule(ActionBase):
             probe = (self._poll(task_vars, opts, loop, probe=opts["addresses"]) or {}).get("reachable", {}) \
                 if opts["addresses"] else {}
             verdict, reason, action = abort_for_stall(stall, probe)
+        if loop.stragglers is not None:
+            verdict, reason, action = self._stragglers(task_vars, opts, loop, verdict, reason, action)
         loop.verdict, loop.reason = verdict, reason
         return action
+
+    def _stragglers(self, task_vars, opts, loop, verdict, reason, action):
+        """Learn the ranks' compute pace from this poll; name each new straggler once (the progress line keeps
+        naming it). With on_straggler=replace, ask the ranks for a checkpoint (control/SAVE), then stop the running
+        run for the straggler once every rank saved it, or after stragglers.save_wait."""
+        replace = (self._task.args.get("straggler") or {}).get("action") == "replace"
+        for flag in loop.stragglers.see(loop.status.get("ranks")).newly_flagged():
+            why = describe(flag)
+            display.display("[%s] %s (named at step %s); %s" % (
+                loop.host, why, flag["step"], "checkpointing, then moving the run off it (on_straggler=replace)"
+                if replace else "the run goes on (on_straggler=warn)"), color="yellow")
+            if replace and loop.replacing is None and verdict == RUNNING and not action:
+                loop.replacing = {"why": why, "step": loop.stragglers.step + 1, "since": time.time()}
+                self._poll(task_vars, opts, loop, save=why)
+        if loop.replacing is not None and verdict == RUNNING and not action:
+            ask = loop.replacing
+            saved = saved_since(loop.status.get("ranks"), ask["step"])
+            waited = time.time() - ask["since"]
+            if saved or waited > save_wait(loop.pace.longest_save):
+                step = max(int(r.get("saved_step") or 0) for r in (loop.status.get("ranks") or {}).values()
+                           if isinstance(r, dict)) if saved else None
+                verdict, reason, action = abort_for_straggler(moved_reason(ask["why"], saved, step, waited))
+        return verdict, reason, action
 
     def _gone(self, task_vars, opts, loop, now):
         """During a stop, the nodes quiet for a few seconds that the coordinator cannot reach either: gone, not
@@ -400,6 +431,9 @@ class ActionModule(ActionBase):
         """The progress line, every progress_interval while it changes, and once more with the verdict."""
         every = opts["progress_interval"]
         line = progress_line(loop.status, now, opts["total_steps"])
+        named = loop.stragglers.line() if loop.stragglers is not None else None
+        if named:
+            line = "%s | %s" % (line, named)
         if follower is not None and loop.verdict in (RUNNING, STOPPING):
             line = "%s; %s" % (line, follower.progress())
         if time.time() - loop.last_print >= every or loop.verdict in (SUCCESS, FAILED):
@@ -484,3 +518,5 @@ class _Loop(object):
         self.released = False
         self.fresh = None  # a status to judge before the next call (the done call's)
         self.pace = None
+        self.stragglers = None
+        self.replacing = None  # on_straggler=replace: the checkpoint asked for before the run moves off a straggler

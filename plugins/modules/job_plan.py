@@ -221,6 +221,26 @@ options:
           C(stall_timeout) is unset (a run of ten-minute steps is called hung after this at the latest).
         type: int
         default: 1800
+      straggler_threshold:
+        description: A node is a straggler when its ranks' compute pace (each step's work outside collectives; the
+          bundled trainer's forward passes) stays below this share of the fastest rank's for C(straggler_steps) steps
+          - its score, 1.0 for the fastest (C(docs/agents.md#stragglers)). Between 0 and 1.
+        type: float
+        default: 0.7
+      straggler_steps:
+        description: Steps in a row a node's score must stay below C(straggler_threshold) before it is named.
+        type: int
+        default: 10
+      on_straggler:
+        description:
+          - V(warn) - the progress line names the straggler and its score; the summary and the report keep every
+            node's score over the steps.
+          - V(replace) - also stop the attempt and move the run off the node in the next one (a spare takes its
+            place, or the run goes on with fewer nodes down to C(min_nodes)); the node is quarantined with the
+            reason. Needs C(restarts).
+        type: str
+        choices: [warn, replace]
+        default: warn
       warm_start:
         description:
           - V(true) - each node's ranks fork from the node's warm process, which imported torch, DeepSpeed and

@@ -162,9 +162,9 @@ options:
     type: dict
     default: {}
   settings:
-    description: The preflight's limits, C(max_clock_skew), C(min_free_gib_shared), C(min_free_gib_local)
-      (default - role C(preflight)'s defaults), and C(link_gbps) (C(preflight_link_gbps), for O(bandwidth))
-      (O(step=verify)).
+    description: The preflight's limits as role C(preflight) hands them (its C(preflight_settings)) -
+      C(max_clock_skew), C(min_free_gib_shared), C(min_free_gib_local) (unset - that role's defaults), and
+      C(link_gbps) and C(bandwidth_fraction) for O(bandwidth) (O(step=verify)).
     type: dict
     default: {}
   bandwidth:
@@ -468,7 +468,9 @@ def verify(module, p):
     if p["bandwidth"] is not None:
         # async_status in a loop over the started tests: each result's item is the start's, whose item is the node.
         results = dict((r["item"]["item"], r) for r in p["bandwidth"])
-        verdicts.append(bandwidth_check(p["job"], results, p["settings"].get("link_gbps")))
+        settings = p["settings"] or {}
+        verdicts.append(bandwidth_check(p["job"], results, settings.get("link_gbps") or None,
+                                        settings.get("bandwidth_fraction") or None))
     failed = [v for v in verdicts if v["status"] == "fail"]
     directory = _attempt_dir(p, p["attempt"])
     if not module.check_mode:

@@ -36,6 +36,12 @@ options:
       - When set, write C(control/ABORT) with this reason and C(host) V(controller) (unless an abort is already
         recorded); every node's agent then stops the run's processes.
     type: str
+  save:
+    description:
+      - When set, write C(control/SAVE) with this reason (unless one is there). The bundled trainer's ranks then
+        save a checkpoint at their next step, once (rank 0 looks for it at most once a second), as the watch asks
+        before it moves a run off a straggler.
+    type: str
   probe:
     description:
       - Nodes to try from here, name -> address; each answers in RV(reachable) whether its O(probe_port) accepts a

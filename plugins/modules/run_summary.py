@@ -74,6 +74,13 @@ options:
         first, and the rank that failed first is recorded as a consequence of it. The abort record's C(cause) is
         used when this is not set.
     type: str
+  straggler:
+    description:
+      - The plan's straggler settings (C(threshold), C(steps)). With them, the summary's C(stragglers) holds each
+        node's compute pace over the steps (the C(compute) seconds of the ranks' step records, 1.0 for the fastest
+        rank), its last score and the stragglers named, as the watch would see them with every step in view; the
+        report names them and draws C(plots/stragglers.png).
+    type: dict
   plots_in_background:
     description:
       - Draw the plots in a process of their own that the module does not wait for (C(train.yml) does, so that the

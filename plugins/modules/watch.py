@@ -80,6 +80,16 @@ options:
       unset.
     type: float
     default: 1800
+  straggler:
+    description:
+      - When a node is a straggler (module_utils/run/stragglers.py), from the plan (C(straggler)) - C(threshold) (a
+        score between 0 and 1), C(steps) (steps in a row below it) and C(action) (C(warn) or C(replace)). Each rank's
+        score is the fastest rank's compute pace over its own (the C(compute) seconds of its step records, the
+        bundled trainer's forward passes; the median of its last samples); a node's score is its slowest rank's.
+      - A straggler is named in the progress line and in RV(stragglers); with C(action=replace) the watch also stops
+        the run with a reason that starts C(<node> is a straggler), which the recovery judges as that node's fault.
+      - Unset (a script that records no steps) - no scores.
+    type: dict
   startup_timeout:
     description:
       - Seconds allowed before the first step (model load, DeepSpeed's init, the first collective), counted from
@@ -242,6 +252,11 @@ collect_note:
     bytes, a name refused), or null.
   returned: always
   type: str
+stragglers:
+  description: With O(straggler) - the settings, each node's last score, the stragglers named (node, step, score,
+    since_step) and every node's score over the steps (a list of C({step, scores}) where they changed); else null.
+  returned: always
+  type: dict
 elapsed:
   description: Seconds the watch lasted.
   returned: always

@@ -39,6 +39,10 @@ DEFAULTS = {
     # The bounds of the hang limit the watch learns (ten times the step time): module_utils/run/pace.py.
     "stall_floor": 10,
     "stall_ceiling": 1800,
+    # A straggler: a node whose ranks compute below this share of the fastest rank's pace for this many steps.
+    "straggler_threshold": 0.7,
+    "straggler_steps": 10,
+    "on_straggler": "warn",
     "save_interval": 0,
     "restarts": 0,
     "recover_wait": 120,
@@ -278,6 +282,29 @@ def run_settings(job, settings, problems):
     job["stall_floor"], job["stall_ceiling"] = stall_bounds(settings, problems)
     # Ranks fork from each node's warm process (multinode_ds.warm) unless -e warm_start=false.
     job["warm_start"] = True if settings.get("warm_start") in (None, "") else _switch(settings, "warm_start", problems)
+    job["straggler"] = straggler_settings(settings, problems)
+
+
+def straggler_settings(settings, problems):
+    """When the watch names a straggler (module_utils/run/stragglers.py): a node whose score stays below
+    ``straggler_threshold`` (in (0, 1): its ranks' compute pace over the fastest rank's) for ``straggler_steps``
+    steps; and what the run does then, ``on_straggler``: warn (name it) or replace (move off it, with restarts)."""
+    text = str(settings.get("straggler_threshold", DEFAULTS["straggler_threshold"])).strip()
+    try:
+        threshold = float(text)
+    except ValueError:
+        threshold = None
+    if threshold is None or not 0 < threshold < 1:
+        problems.append("straggler_threshold=%s must be a number between 0 and 1 (a node is a straggler below it: "
+                        "its ranks compute at that share of the fastest rank's pace). Fix: -e straggler_threshold=0.7"
+                        % text)
+    steps = _whole(settings, "straggler_steps", 1, 100000, "steps", problems)
+    action = str(settings.get("on_straggler") or DEFAULTS["on_straggler"]).strip().lower()
+    if action not in ("warn", "replace"):
+        problems.append("on_straggler=%s is not one of warn, replace. Fix: -e on_straggler=warn (name the slow node) or "
+                        "-e on_straggler=replace (with -e restarts=N: move the run off it)" % (
+                            settings.get("on_straggler"),))
+    return {"threshold": threshold, "steps": steps, "action": action}
 
 
 def stall_bounds(settings, problems):
@@ -296,6 +323,9 @@ def recovery_settings(job, settings, problems):
     failure), ``recover_wait`` (seconds a failed node gets to come back), ``min_nodes`` (the fewest rank nodes it
     may go on with; None: as many as it started with) and ``attempt`` (this attempt's number, from 1)."""
     job["restarts"] = _whole(settings, "restarts", 0, 100, "attempts after the first", problems)
+    if (job.get("straggler") or {}).get("action") == "replace" and job["restarts"] == 0:
+        problems.append("on_straggler=replace moves the run off a slow node in its next attempt, and restarts=0 allows "
+                        "none. Fix: -e restarts=1 (or more), or -e on_straggler=warn")
     job["recover_wait"] = _whole(settings, "recover_wait", 0, 3600, "seconds", problems)
     job["attempt"] = _whole(settings, "attempt", 1, 101, "attempt", problems)
     job["min_nodes"] = None

@@ -25,6 +25,7 @@ from ansible_collections.multinode.deepspeed.plugins.module_utils.common import 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common.hostfile import build, parse
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.diagnose import (
     abort_host_first, diagnose, first_failure)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import stragglers
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import markdown, plot_paths, plot_series
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import (
     blame, hosts_by_log, launcher_exit, lost_nodes, node_report, rank_environment, rank_log_index, read_jsonl,
@@ -47,6 +48,7 @@ ARGUMENT_SPEC = dict(
     expect_metrics=dict(type="bool", default=True),
     plots=dict(type="bool", default=True),
     plots_in_background=dict(type="bool", default=False),
+    straggler=dict(type="dict"),
     extra=dict(type="dict", default={}),
     started=dict(type="float"),
     addresses=dict(type="dict", default={}),
@@ -210,6 +212,11 @@ def _summarize(p, run):
         summary["scheduler"] = scheduler
     if not summary["hosts"] and rank_logs:
         summary["hosts"] = hosts_by_log(rank_logs, run["rank_host"])
+    # Each node's compute pace over the steps, against the plan's straggler settings (the watch saw samples of it).
+    if p["straggler"]:
+        run["stragglers"] = summary["stragglers"] = stragglers.replay(
+            run["records"], p["straggler"].get("threshold") or stragglers.THRESHOLD,
+            p["straggler"].get("steps") or stragglers.STEPS)
     summary.update(p["extra"])
     # Names in the run's directory that were not brought back or not read: not regular files (links, FIFOs, ...).
     summary["refused_files"] = sorted(set(read.refused))
@@ -240,20 +247,20 @@ def _plots(run, run_dir, background):
     outlives this one: its standard streams go to /dev/null and it keeps no other descriptor, so that nothing of
     Ansible's waits on it."""
     out_dir = os.path.join(run_dir, "plots")
-    if not background or not plot_paths(run["records"], out_dir):
-        return plot_series(run["records"], run["rank_host"], out_dir, root=run_dir)
+    if not background or not plot_paths(run["records"], out_dir, run.get("stragglers")):
+        return plot_series(run["records"], run["rank_host"], out_dir, root=run_dir, scores=run.get("stragglers"))
     try:
         pid = os.fork()
     except OSError:
-        return plot_series(run["records"], run["rank_host"], out_dir, root=run_dir)
+        return plot_series(run["records"], run["rank_host"], out_dir, root=run_dir, scores=run.get("stragglers"))
     if pid:
-        return plot_paths(run["records"], out_dir)
+        return plot_paths(run["records"], out_dir, run.get("stragglers"))
     try:  # the child: no exception leaves it, whatever happens
         os.setsid()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         os.closerange(3, 65536)
-        plot_series(run["records"], run["rank_host"], out_dir, root=run_dir)
+        plot_series(run["records"], run["rank_host"], out_dir, root=run_dir, scores=run.get("stragglers"))
     finally:
         os._exit(0)

@@ -20,10 +20,12 @@ import time
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.lock import guarded, write_whole
 
-# What ended an attempt.  The first five may be retried; the others never are.
+# What ended an attempt.  The first six may be retried; the others never are.
 LOST, STALLED, KILLED, ERROR, LAUNCHER = "lost", "stalled", "killed", "error", "launcher"
+# The watch stopped the attempt to move it off a slow node (on_straggler=replace; module_utils/run/stragglers.py).
+STRAGGLER = "straggler"
 SUCCESS, INTERRUPTED, TIMEOUT, DISK, QUEUE, UNKNOWN = "success", "interrupted", "timeout", "disk", "queue", "unknown"
-RECOVERABLE = (LOST, STALLED, KILLED, ERROR, LAUNCHER)
+RECOVERABLE = (LOST, STALLED, KILLED, ERROR, LAUNCHER, STRAGGLER)
 NOT_RETRIED = {
     INTERRUPTED: "stopped by the user (Ctrl-C); not retried",
     TIMEOUT: "the run's timeout covers every attempt; not retried",
@@ -34,6 +36,7 @@ NOT_RETRIED = {
 
 # The words of the watch's and the summary's reasons that name each ending (module_utils/run/watch.py).
 _REASONS = (
+    (STRAGGLER, re.compile(r"^\S+ is a straggler: ")),
     (INTERRUPTED, re.compile(r"^interrupted|Ctrl-C|KeyboardInterrupt")),
     (TIMEOUT, re.compile(r"exceeded its timeout")),
     (DISK, re.compile(r"^disk full")),
@@ -110,6 +113,10 @@ def ending(summary):
     if kind in (INTERRUPTED, TIMEOUT, DISK, QUEUE):
         out["kind"] = kind
         return out
+    if kind == STRAGGLER:
+        # Alive and slow: the node is named by the watch, not lost; the next attempt runs without it.
+        out.update(kind=STRAGGLER, nodes=[reason.split(" ", 1)[0]], why=reason)
+        return out
     if lost:
         at = " at step %s" % step if step else ""
         out.update(kind=LOST, why="%s lost%s (%s)" % (", ".join(lost), at, reason or "no heartbeat"),
@@ -185,7 +192,7 @@ def next_nodes(nodes, failed, back, spares, quarantined, min_nodes=None):
 
 
 # The endings that are a node's fault (an exception of the script's, or a rank the OOM killer chose, is not).
-NODE_FAULTS = (LOST, STALLED, LAUNCHER)
+NODE_FAULTS = (LOST, STALLED, LAUNCHER, STRAGGLER)
 
 
 def failures_by_node(attempts):
@@ -200,9 +207,16 @@ def failures_by_node(attempts):
 
 
 def to_quarantine(attempts):
-    """The nodes that failed twice in this run, with why: ``{node: reason}``."""
+    """The nodes that failed twice in this run, and a straggler the watch moved the run off at once, with why:
+    ``{node: reason}``."""
     out = {}
+    last = attempts[-1] if attempts else {}
+    if last.get("kind") == STRAGGLER:
+        for node in last.get("nodes") or []:
+            out[node] = last.get("why") or "a straggler"
     for node, kinds in failures_by_node(attempts).items():
+        if node in out:
+            continue
         if len(kinds) >= 2:
             out[node] = "%s twice" % kinds[0] if kinds[0] == kinds[1] else "%s, then %s" % (kinds[0], kinds[1])
     return out
@@ -419,7 +433,7 @@ def came_back(checks, fingerprints):
 def nodes_to_check(end, reuse_lost=True):
     """The failed nodes of an attempt's ``end`` that the play waits for and checks before they take ranks again:
     none of a node fault where the backend's scheduler keeps such a node out of the run (Slurm drains it)."""
-    if not reuse_lost and end["kind"] in NODE_FAULTS:
+    if end["kind"] == STRAGGLER or (not reuse_lost and end["kind"] in NODE_FAULTS):
         return []
     return list(end["nodes"])
 

@@ -15,6 +15,7 @@ import io
 import os
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import stragglers
 
 
 def _steps(records):
@@ -28,11 +29,16 @@ PLOTS = [
 ]
 
 
-def plot_paths(records_by_rank, out_dir):
-    """The plots plot_series draws for these records: none when no rank wrote a step."""
+SCORES = "stragglers.png"
+
+
+def plot_paths(records_by_rank, out_dir, scores=None):
+    """The plots plot_series draws for these records: none when no rank wrote a step; the nodes' compute pace
+    (``scores``: module_utils/run/stragglers.replay's record) when there is one."""
     if not any(_steps(r) for r in records_by_rank.values()):
         return []
-    return [os.path.join(out_dir, spec[0]) for spec in PLOTS]
+    return [os.path.join(out_dir, spec[0]) for spec in PLOTS] + (
+        [os.path.join(out_dir, SCORES)] if (scores or {}).get("history") else [])
 
 
 def _save(fig, path, root):
@@ -42,9 +48,9 @@ def _save(fig, path, root):
     files.write_bytes(path, buf.getvalue(), root)
 
 
-def plot_series(records_by_rank, rank_host, out_dir, root=None):
+def plot_series(records_by_rank, rank_host, out_dir, root=None, scores=None):
     """loss.png, throughput.png and step_time.png (one line per rank, labelled with its host) in ``out_dir``, under
-    the run's directory ``root`` (by default the one above ``out_dir``)."""
+    the run's directory ``root`` (by default the one above ``out_dir``); with ``scores``, stragglers.png."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -73,7 +79,28 @@ def plot_series(records_by_rank, rank_host, out_dir, root=None):
         _save(fig, path, root)
         plt.close(fig)
         paths.append(path)
+    if (scores or {}).get("history"):
+        paths.append(plot_scores(plt, scores, os.path.join(out_dir, SCORES), root))
     return paths
+
+
+def plot_scores(plt, scores, path, root):
+    """Each node's compute pace over the steps (1.0: the fastest rank's), the straggler threshold dashed."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    history = scores["history"]
+    for host in sorted({h for entry in history for h in entry["scores"]}):
+        points = [(e["step"], e["scores"][host]) for e in history if host in e["scores"]]
+        ax.step([p[0] for p in points], [p[1] for p in points], where="post", marker=".", label=host)
+    ax.axhline(scores["threshold"], linestyle="--", color="grey", label="straggler below")
+    ax.set_title("Compute pace per node (1.0: the fastest rank)")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    _save(fig, path, root)
+    plt.close(fig)
+    return path
 
 
 def code_and_tracking(summary):
@@ -154,7 +181,8 @@ def markdown(summary, plots):
                 text += ", threshold %.3f GB/s of a %g Gb/s link" % (bw["threshold_gbps"], bw.get("link_gbps") or 0)
         lines += ["", text + " (preflight.txt)."]
         lines += ["- warning: %s" % w for w in pre.get("warnings") or []]
-    lines += code_and_tracking(summary)
+    lines += code_and_tracking(summary) + [""] * bool(summary.get("stragglers"))
+    lines += stragglers.lines(summary.get("stragglers"))
     lines += ["", "Ranks per host: " + ", ".join(
         "%s: %s" % (h, r) for h, r in sorted((summary.get("hosts") or {}).items()))]
     left = summary.get("left_pids") or {}

@@ -32,6 +32,7 @@ ARGUMENT_SPEC = dict(
     run_dir=dict(type="path", required=True),
     touch_lease=dict(type="bool", default=False),
     abort=dict(type="str"),
+    save=dict(type="str"),
     done=dict(type="bool", default=False),
     probe=dict(type="dict", default={}),
     release=dict(type="path"),
@@ -202,6 +203,11 @@ def _write_control(p, control):
         changed = _put(os.path.join(control, "ABORT"), json.dumps({
             "reason": p["abort"], "host": "controller", "time": time.time(), "lost": p["lost"], "cause": p["cause"]}),
             exclusive=True)
+    if p["save"]:
+        # A checkpoint asked of the ranks (the bundled trainer saves at its next step, once), e.g. before the run
+        # moves off a straggler.
+        changed = _put(os.path.join(control, "SAVE"), json.dumps({"reason": p["save"], "time": time.time()}),
+                       exclusive=True) or changed
     if p["done"] and not os.path.exists(os.path.join(control, "DONE")):
         _put(os.path.join(control, "DONE"), "%f\n" % time.time())
         changed = True

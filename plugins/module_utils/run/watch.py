@@ -268,6 +268,12 @@ def abort_for_stall(stall, reachable):
     return STOPPING, reason, ("abort", reason, unreachable(reachable))
 
 
+def abort_for_straggler(reason):
+    """The verdict when ``on_straggler=replace`` and a node is a straggler (``reason``: stragglers.describe): stop the
+    run, naming it; the recovery moves the next attempt off that node."""
+    return STOPPING, reason, ("abort", reason, [])
+
+
 def stop_overdue(reason, stop_timeout):
     """The failure's reason when the nodes did not stop within ``stop_timeout`` after an abort."""
     return "%s; nodes still not stopped after %.0fs" % (reason, stop_timeout)
@@ -276,8 +282,10 @@ def stop_overdue(reason, stop_timeout):
 def rank_progress(records):
     """What the watch reads of a rank's last metrics records: the record it shows (the last step, else the last
     record; None without any) and whether the rank wrote its done record.  The step record carries ``saving`` (the
-    time the save began) while the rank's newest record is the start of a checkpoint save, and ``save_seconds``,
-    the duration of its last finished save among these records (the bundled trainer's ``save`` records)."""
+    time the save began) while the rank's newest record is the start of a checkpoint save, and ``save_seconds`` and
+    ``saved_step``, the duration and step of its last finished save among these records (the bundled trainer's
+    ``save`` records); and ``computes``, ``[step, compute]`` of every step record among them (when more than one),
+    for the straggler scores."""
     steps = [r for r in records if r.get("event") == "step"]
     last = steps[-1] if steps else (records[-1] if records else None)
     if steps:
@@ -285,9 +293,14 @@ def rank_progress(records):
         extra = {}
         if records[-1].get("event") == "save" and records[-1].get("phase") == "begin":
             extra["saving"] = records[-1].get("time")
-        ended = [r.get("seconds") for r in saves if r.get("phase") == "end" and r.get("seconds") is not None]
+        ended = [r for r in saves if r.get("phase") == "end" and r.get("seconds") is not None]
         if ended:
-            extra["save_seconds"] = ended[-1]
+            extra["save_seconds"] = ended[-1].get("seconds")
+            extra["saved_step"] = ended[-1].get("step")
+        # Every step's compute among these records, not only the last one's: the straggler scores see each step.
+        computes = [[r.get("step"), r["compute"]] for r in steps if r.get("compute") is not None]
+        if len(computes) > 1:
+            extra["computes"] = computes
         last = dict(last, **extra) if extra else last
     return last, any(r.get("event") == "done" for r in records)
 

@@ -117,6 +117,8 @@ def test_the_start_and_step_records():
     assert {k: rec[k] for k in ("event", "step", "total_steps", "loss", "loss_local", "lr", "step_time")} == {
         "event": "step", "step": 3, "total_steps": 10, "loss": 2.5, "loss_local": 2.4, "lr": 1e-3, "step_time": 0.5}
     assert rec["samples_per_sec"] == 16.0 and rec["tokens_per_sec"] == 1024.0 and rec["host"] == "gpu-a1"
+    assert rec["compute"] is None
+    assert train.step_record(args("--steps", "10"), ranks(), 3, 2.5, 2.4, 1e-3, 0.5, 0.125)["compute"] == 0.125
 
 
 @pytest.mark.parametrize("done,expected", [(1, False), (5, True), (7, False), (10, True), (12, True)])
@@ -172,6 +174,8 @@ def test_a_real_run_on_one_cpu_rank(tmp_path):
     steps = [r for r in records if r["event"] == "step"]
     assert records[-1]["steps"] == 3 and records[-1]["final_loss"] == steps[-1]["loss"]
     assert records[1]["tokens_per_sec"] == pytest.approx(4 * 32 / records[1]["step_time"])
+    # Each step's forward passes, timed: a part of the step, the straggler score's input.
+    assert all(0 < r["compute"] < r["step_time"] for r in steps)
 
 
 def test_resume_if_any_starts_from_step_0_without_a_checkpoint(tmp_path, capsys):
@@ -285,3 +289,14 @@ def test_a_store_that_never_opens_gives_up_after_the_timeout(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", str(port))
     monkeypatch.setenv("RANK", "1")
     assert train.wait_for_store(timeout=0.2, interval=0.05) is False
+
+
+def test_a_checkpoint_asked_by_the_watch_is_looked_for_once_a_second_and_answered_once(tmp_path):
+    asked = {"path": str(tmp_path / "control" / "SAVE"), "done": False, "looked": 0.0}
+    assert train.save_asked(asked, 100.0) is False and asked["looked"] == 100.0
+    (tmp_path / "control").mkdir()
+    (tmp_path / "control" / "SAVE").write_text("{}")
+    assert train.save_asked(asked, 100.5) is False  # looked less than a second ago
+    assert train.save_asked(asked, 101.0) is True
+    asked["done"] = True
+    assert train.save_asked(asked, 200.0) is False

@@ -1,6 +1,6 @@
-"""playbooks/tasks/recover.yml when the run needs no next attempt (train_retry false: the attempt before ended
-well): every task is skipped, none fails, not even an ignored one (issue 44: 'item' is undefined printed as an
-[ERROR] by every run with restarts)."""
+"""playbooks/tasks/next_attempt.yml (which includes recover.yml) when the run needs no next attempt (train_retry
+false: the attempt before ended well): every task is skipped, none fails, not even an ignored one (issue 44: 'item'
+is undefined printed as an [ERROR] by every run with restarts)."""
 from pathlib import Path
 
 import localplay
@@ -18,7 +18,7 @@ PLAY = """
   tasks:
     - name: The next attempt's tasks
       ansible.builtin.include_tasks: %s
-""" % (ROOT / "playbooks" / "tasks" / "recover.yml")
+""" % (ROOT / "playbooks" / "tasks" / "next_attempt.yml")
 
 
 def test_a_run_that_needs_no_next_attempt_skips_every_task_without_an_error(tmp_path):

@@ -29,7 +29,8 @@ def test_run_settings_read_the_numbers_and_switches():
     J.run_settings(job, {"steps": "7", "timeout": "120", "resume": "yes", "stall_timeout": "60"}, problems)
     assert problems == [] and job == {"steps": 7, "master_port": 29500, "timeout": 120, "save_interval": 0,
                                       "resume": True, "stall_timeout": 60, "stall_floor": 10, "stall_ceiling": 1800,
-                                      "warm_start": True}
+                                      "warm_start": True,
+                                      "straggler": {"threshold": 0.7, "steps": 10, "action": "warn"}}
     J.run_settings({}, {"preflight": "force"}, problems)
     assert problems == []
     cold = {}
@@ -37,6 +38,30 @@ def test_run_settings_read_the_numbers_and_switches():
     assert problems == [] and cold["warm_start"] is False
     J.run_settings({}, {"preflight": "maybe", "master_port": 22, "warm_start": "sometimes"}, problems)
     assert [p.split(" ")[0] for p in problems] == ["master_port=22", "preflight=maybe", "warm_start=sometimes"]
+
+
+def test_straggler_settings_are_checked_with_their_fix():
+    problems = []
+    assert J.straggler_settings({"straggler_threshold": "0.5", "straggler_steps": "30", "on_straggler": "Replace"},
+                                problems) == {"threshold": 0.5, "steps": 30, "action": "replace"}
+    assert problems == []
+    J.straggler_settings({"straggler_threshold": "1.5", "straggler_steps": "0", "on_straggler": "kill"}, problems)
+    assert [p.split(" ")[0] for p in problems] == ["straggler_threshold=1.5", "straggler_steps=0", "on_straggler=kill"]
+    assert "Fix: -e straggler_threshold=0.7" in problems[0] and "Fix: -e on_straggler=warn" in problems[2]
+    problems = []
+    J.straggler_settings({"straggler_threshold": "slow"}, problems)
+    assert problems[0].startswith("straggler_threshold=slow must be a number between 0 and 1")
+
+
+def test_on_straggler_replace_needs_restarts():
+    problems = []
+    J.recovery_settings({"straggler": {"action": "replace"}}, {"restarts": "0"}, problems)
+    assert problems == ["on_straggler=replace moves the run off a slow node in its next attempt, and restarts=0 "
+                        "allows none. Fix: -e restarts=1 (or more), or -e on_straggler=warn"]
+    problems = []
+    J.recovery_settings({"straggler": {"action": "replace"}}, {"restarts": "1"}, problems)
+    J.recovery_settings({"straggler": {"action": "warn"}}, {}, problems)
+    assert problems == []
 
 
 def test_stall_timeout_is_unset_or_shorter_than_the_timeout():

@@ -67,7 +67,7 @@ def test_the_watch_sees_a_save_under_way_and_the_last_saves_seconds():
     begin = {"event": "save", "phase": "begin", "step": 10, "time": 2.5}
     end = {"event": "save", "phase": "end", "step": 10, "time": 40.0, "seconds": 37.5}
     assert rank_progress(steps + [begin]) == (dict(steps[-1], saving=2.5), False)
-    assert rank_progress(steps + [begin, end]) == (dict(steps[-1], save_seconds=37.5), False)
+    assert rank_progress(steps + [begin, end]) == (dict(steps[-1], save_seconds=37.5, saved_step=10), False)
     nxt = {"event": "step", "step": 11, "time": 41.0}
-    assert rank_progress(steps + [begin, end, nxt]) == (dict(nxt, save_seconds=37.5), False)
+    assert rank_progress(steps + [begin, end, nxt]) == (dict(nxt, save_seconds=37.5, saved_step=10), False)
     assert rank_progress(steps + [begin, end, nxt, {"event": "done"}])[1] is True

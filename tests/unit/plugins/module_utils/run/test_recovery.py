@@ -246,3 +246,19 @@ def test_kubernetes_nodes_that_stopped_reporting_are_named_for_the_next_pods():
     # A node lost before the first step is not the run's fault: retried.
     assert recovery.judge([end], restarts=1)[0] is True
     assert recovery.ending(_fixture("killed.json"))["scheduler_nodes"] == []
+
+
+def test_a_straggler_moved_off_is_retried_without_waiting_and_quarantined_at_once():
+    """on_straggler=replace: the watch stopped the attempt naming the slow node (module_utils/run/stragglers.py)."""
+    why = ("worker2 is a straggler: its ranks compute at 31% of the fastest rank's pace (score 0.31) since step 24")
+    summary = {"status": "failed", "last_step": 40, "watch": {"status": "failed", "reason": why},
+               "nodes": {"worker1": {"state": "aborted"}, "worker2": {"state": "aborted"}}}
+    end = recovery.ending(summary)
+    assert end["kind"] == recovery.STRAGGLER and end["nodes"] == ["worker2"] and end["why"] == why
+    assert recovery.judge([end], restarts=1) == (True, "straggler: retried (attempt 2 of at most 2)")
+    assert recovery.to_quarantine([end]) == {"worker2": why}
+    assert recovery.nodes_to_check(end) == [] and recovery.nodes_to_drain(end) == []
+    assert recovery.nodes_to_drain(end, reuse_lost=False) == ["worker2"]
+    # Quarantined at once, not counted again as a second failure later.
+    later = {"kind": recovery.LOST, "nodes": ["worker2"], "why": "worker2 lost"}
+    assert recovery.to_quarantine([end, later]) == {"worker2": "straggler, then lost"}

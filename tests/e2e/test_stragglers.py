@@ -1,0 +1,118 @@
+"""Runs that heal (issue 47, point 2): a node that is alive but slow.  Mid-run, worker2 gets a third of a core
+(``podman update --cpus``, as a throttled GPU or a noisy neighbour would slow it): its ranks' compute pace falls
+behind worker1's, and the watch names it within 30 steps while the run goes on (on_straggler=warn, the default);
+with -e on_straggler=replace the run is checkpointed, stopped, and finishes on worker1 alone (min_nodes=1), worker2
+quarantined with the reason."""
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from e2e_nodes import load_summary, node_name, on_coord, podman, rank_step, wait_for_files, when_step
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "tests" / "fixtures" / "stragglers" / "throttled"
+THROTTLE_AT = 20
+NAMED_WITHIN = 30
+# Forward passes of about 15 ms (micro-batches of 32): long against the CPU limit's 3 ms slices, so that the slow
+# node is slow in every step, as a slow GPU is (llama-tiny's default 2 ms forward passes often fit in one slice).
+TRAIN = ["-e", "preflight=false", "-e", json.dumps({"args": "--micro-batch 32"})]
+NAMED = re.compile(r"\] worker2 is a straggler: its ranks compute at \d+% of the fastest rank's pace \(score "
+                   r"0\.\d+\) since step (\d+) \(named at step (\d+)\); ")
+
+
+def limit_worker2():
+    """A third of a core, in slices of 1 ms every 3 ms (CFS's default 100 ms period would stop a rank for 67 ms
+    now and then and leave most of its 2 ms forward passes untouched; a slow GPU is slow all the time)."""
+    res = podman("update", "--cpu-period", "3000", "--cpu-quota", "1000", node_name("worker2"))
+    assert res.returncode == 0, res.stderr
+
+
+def unlimit_worker2():
+    """No CPU quota on worker2 again (podman update cannot lift one: --cpus 0 keeps the last quota)."""
+    cid = podman("inspect", node_name("worker2"), "--format", "{{.Id}}").stdout.strip()
+    group = Path("/sys/fs/cgroup/cpu/libpod_parent/libpod-%s" % cid)
+    if (group / "cpu.cfs_quota_us").exists():
+        (group / "cpu.cfs_quota_us").write_text("-1")
+        (group / "cpu.cfs_period_us").write_text("100000")
+    else:
+        res = podman("update", "--cpu-period", "100000", "--cpu-quota", str(100000 * os.cpu_count()),
+                     node_name("worker2"))
+        assert res.returncode == 0, res.stderr
+
+
+@pytest.fixture
+def slowed(provisioned):
+    """worker2 at a third of a core once rank 0 of the run reached THROTTLE_AT (``at["before"]`` and ``at["step"]``:
+    rank 0's step right before and right after); its whole share again after the test."""
+    threads = []
+
+    def at_step(run_id, attempt=None):
+        at = {}
+
+        def limit():
+            at["before"] = rank_step(run_id, attempt=attempt)
+            limit_worker2()
+            at["step"] = rank_step(run_id, attempt=attempt)
+
+        thread = threading.Thread(target=lambda: at.setdefault("t", when_step(run_id, THROTTLE_AT, limit,
+                                                                              attempt=attempt)))
+        thread.start()
+        threads.append(thread)
+        return at
+
+    yield at_step
+    for thread in threads:
+        thread.join(60)
+    unlimit_worker2()
+
+
+def test_a_worker_slowed_mid_run_is_named_within_30_steps_and_the_run_goes_on(slowed, run_playbook):
+    run_id = f"e2e-straggler-{int(time.time())}"
+    at = slowed(run_id)
+    res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=100", *TRAIN, name="straggler-warn")
+    assert res.rc == 0, res.tail()
+    assert at.get("t"), "the run never reached step %d" % THROTTLE_AT
+    found = NAMED.search(res.out)
+    assert found and "the run goes on (on_straggler=warn)" in res.out, res.tail()
+    since, named = int(found.group(1)), int(found.group(2))
+    print("worker2 limited at step %d, below the threshold from step %d, named at step %d"
+          % (at["step"], since, named))
+    assert at["before"] <= since and named - at["step"] <= NAMED_WITHIN, (at, found.group(0))
+    assert re.search(r"\| straggler: worker2 \(score 0\.\d+\)", res.out), res.tail()
+    summary = load_summary(run_id)
+    record = summary["stragglers"]
+    assert summary["status"] == "success" and [f["node"] for f in record["flagged"]] == ["worker2"], record
+    assert record["scores"]["worker1"] == 1.0 and record["scores"]["worker2"] < 0.7
+    run = ROOT / "runs" / run_id
+    assert "- **straggler**: worker2 is a straggler" in (run / "report.md").read_text()
+    assert not wait_for_files([run / "plots" / "stragglers.png"]), "no plots/stragglers.png"
+    if os.environ.get("MNDS_CAPTURE_FIXTURES"):  # the unit tests' real records (test_stragglers.py)
+        shutil.rmtree(FIXTURE, ignore_errors=True)
+        shutil.copytree(run / "metrics", FIXTURE)
+
+
+def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node(slowed, run_playbook, tmp_path):
+    run_id = f"e2e-straggler-replace-{int(time.time())}"
+    quarantine = tmp_path / "q.json"
+    slowed(run_id, attempt=1)
+    res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=150", *TRAIN, "-e", "on_straggler=replace", "-e", "restarts=1", "-e", "min_nodes=1",
+                       "-e", f"quarantine_file={quarantine}", name="straggler-replace")
+    assert res.rc == 0, res.tail()
+    assert "checkpointing, then moving the run off it (on_straggler=replace)" in res.out, res.tail()
+    summary = load_summary(run_id)
+    first, second = summary["attempts"]
+    assert first["kind"] == "straggler" and first["retried"] is True, first
+    assert first["why"].startswith("worker2 is a straggler") and "the run was checkpointed at step" in first["why"], first
+    saved = int(re.search(r"checkpointed at step (\d+)", first["why"]).group(1))
+    assert saved > THROTTLE_AT
+    assert second["nodes"] == ["worker1"] and second["status"] == "success", second
+    # The second attempt resumed from the checkpoint the watch asked for, not from the start.
+    assert second["start_step"] == saved, second
+    records = json.loads(on_coord(f"cat {quarantine}").stdout or "{}")
+    assert "worker2 is a straggler" in json.dumps(records), records

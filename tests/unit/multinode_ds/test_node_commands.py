@@ -1,0 +1,61 @@
+"""The small commands the roles run on the nodes instead of inline Python: ``multinode_ds.versions`` (role stack's
+version table) and ``multinode_ds.bench_worker.check`` (role benchmark's check of the model and prompts file)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import deepspeed
+import torch
+import transformers
+
+import multinode_ds
+from multinode_ds import versions
+from multinode_ds.bench_worker import check
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", *args], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def test_versions_are_the_venvs_own():
+    found = versions.versions()
+    assert found["torch"] == torch.__version__ and found["deepspeed"] == deepspeed.__version__
+    assert found["transformers"] == transformers.__version__ and found["trainer"] == multinode_ds.__version__
+    assert found["cuda"] == (torch.version.cuda or "none")
+    assert found["nccl"] == "none" if not torch.version.cuda else found["nccl"].count(".") == 2
+    assert found["python"] == "%d.%d.%d" % sys.version_info[:3]
+
+
+def test_versions_prints_one_json_line(capsys):
+    assert versions.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and json.loads(lines[0]) == versions.versions()
+
+
+def test_bench_check_passes_a_registry_model_and_a_readable_prompts_file(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("hello\n")
+    assert check.main(["llama-tiny", "", str(prompts)]) == 0
+    assert check.main(["anything", "/models/mine", ""]) == 0  # a model_path is checked where it loads
+
+
+def test_bench_check_names_the_setting_and_the_fix(tmp_path, capsys):
+    assert check.main(["no-such-model", "", ""]) == 1
+    err = capsys.readouterr().err
+    assert "no-such-model" in err and "model_path" in err
+    assert check.main(["llama-tiny", "", str(tmp_path / "missing.txt")]) == 1
+    assert "prompts_file=%s is not a readable file on this coordinator" % (tmp_path / "missing.txt") in \
+        capsys.readouterr().err
+    assert check.main(["llama-tiny", ""]) == 2
+
+
+def test_bench_check_runs_as_the_role_runs_it():
+    res = run("multinode_ds.bench_worker.check", "no-such-model", "", "")
+    assert res.returncode == 1 and "no-such-model" in res.stderr and not res.stdout
+    assert run("multinode_ds.bench_worker.check", "llama-tiny", "", "").returncode == 0
