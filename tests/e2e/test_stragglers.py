@@ -116,3 +116,27 @@ def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node
     assert second["start_step"] == saved, second
     records = json.loads(on_coord(f"cat {quarantine}").stdout or "{}")
     assert "worker2 is a straggler" in json.dumps(records), records
+
+
+def test_preflight_refuses_the_slowed_worker_before_a_run_starts_on_it(provisioned, run_playbook):
+    """Point 3: the same limit, before a run: preflight's health figures (multinode_ds.health, both workers at
+    once) put worker2's compute far below worker1's, and the run does not start."""
+    run_id = f"e2e-straggler-preflight-{int(time.time())}"
+    limit_worker2()
+    try:
+        res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "preflight=force",
+                           "-e", "preflight_bandwidth=false", name="straggler-preflight")
+    finally:
+        unlimit_worker2()
+    assert res.rc != 0, res.tail()
+    text = " ".join(res.out.split())
+    assert "Preflight failed" in text and re.search(
+        r"worker2 computes [\d.]+ GFLOP/s, \d+% of the other nodes' median [\d.]+ GFLOP/s", text), res.tail()
+    # Refused before anything of the run was written on the cluster.
+    assert on_coord(f"test -e /shared/runs/{run_id} && echo there || echo absent").stdout.strip() == "absent"
+    report = json.loads((ROOT / "runs" / run_id / "preflight.json").read_text())
+    figures = report["raw"]["health"]
+    print("health figures with worker2 limited: %s" % json.dumps(figures))
+    assert figures["worker2"]["compute_gflops"] < 0.5 * figures["worker1"]["compute_gflops"]
+    verdicts = dict((v["host"], v["status"]) for v in report["verdicts"] if v["check"] == "health")
+    assert verdicts == {"worker1": "pass", "worker2": "fail"}, report["verdicts"]

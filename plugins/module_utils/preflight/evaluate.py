@@ -24,6 +24,7 @@ import json
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.bandwidth import (
     DEFAULT_FRACTIONS, bandwidth_test, bandwidth_verdict, fabric_advice, format_bandwidth_table, job_link_gbps, judge_bandwidth)
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import health
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.clock import clock_verdicts
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.names import name_verdicts
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.port import normalize_port, port_verdicts
@@ -39,6 +40,9 @@ DEFAULTS = {
     "min_memlock_kib": None,        # None: RDMA profiles need "unlimited"
     "bandwidth_fraction": DEFAULT_FRACTIONS,
     "link_gbps": None,              # override the link speed taken from the facts
+    "health": True,                 # each rank node's health figures, against its peers and its past
+    "health_fraction": health.FRACTION,
+    "health_action": "fail",        # or warn
 }
 
 
@@ -76,6 +80,11 @@ def check_settings(settings):
     timeout = settings.get("bandwidth_timeout", 120)
     if not (str(timeout).strip().isdigit() and int(str(timeout).strip()) >= 10):
         problems.append("preflight_bandwidth_timeout=%s must be whole seconds >= 10" % timeout)
+    fraction = _number(settings.get("health_fraction", DEFAULTS["health_fraction"]))
+    if fraction is None or not 0 < fraction <= 1:
+        problems.append("preflight_health_fraction=%s must be a number in (0, 1]" % settings.get("health_fraction"))
+    if str(settings.get("health_action") or "fail") not in ("fail", "warn"):
+        problems.append("preflight_health_action=%s must be fail or warn" % settings.get("health_action"))
     return problems
 
 
@@ -86,7 +95,8 @@ def effective_settings(settings):
     cfg = dict(DEFAULTS)
     cfg.update(dict((k, v) for k, v in (settings or {}).items() if v not in (None, "")))
     # -e gives strings: every bound is a number from here on.
-    for key in ("max_clock_skew", "min_free_gib_shared", "min_free_gib_local", "link_gbps", "min_memlock_kib"):
+    for key in ("max_clock_skew", "min_free_gib_shared", "min_free_gib_local", "link_gbps", "min_memlock_kib",
+                "health_fraction"):
         if cfg.get(key) is not None:
             cfg[key] = float(cfg[key])
     fractions = dict(DEFAULT_FRACTIONS)
@@ -241,6 +251,9 @@ def evaluate(data, settings=None):
     verdicts += [verdict(v["check"], v["host"], v["status"], v["detail"], v.get("fix"))
                  for v in data.get("backend_verdicts") or []]
     verdicts += probe_verdicts(layout)
+    if flag(cfg.get("health", True)):
+        verdicts += health.health_verdicts(data.get("health") or {}, data.get("health_history") or {},
+                                           cfg["health_fraction"], cfg.get("health_action") or "fail")
     link, primary, fallback = bandwidth_judgement(data, layout, cfg, fractions)
     verdicts.append(bandwidth_verdict(primary, ranks, port, flag(cfg.get("bandwidth", True))))
     advice = fabric_advice(verdicts, layout["profile"], primary, fallback, ranks)
@@ -261,7 +274,8 @@ def gather(job, nodevars, workers=None):
 
     ``job``: the plan (module_utils/plan/job.py) with ``profile`` added; ``nodevars``: host -> its hostvars
     (``multinode_node``, ``multinode_accelerators``, ``multinode_fabric``, ``cluster_hosts_file``,
-    ``preflight_probe``, ``preflight_node_link_gbps``, ``preflight_node_tcp_link_gbps``, ``preflight_bw``)."""
+    ``preflight_probe``, ``preflight_node_link_gbps``, ``preflight_node_tcp_link_gbps``, ``preflight_bw``,
+    ``preflight_health_figures``)."""
     ranks = list(job["rank_hosts"])
     nodes = list(job["coordinators"]) + [h for h in ranks if h not in job["coordinators"]]
     hv = dict((h, nodevars.get(h) or {}) for h in nodes)
@@ -304,6 +318,9 @@ def gather(job, nodevars, workers=None):
     if primary != "tcp" and "tcp" in tests:
         bandwidth["fallback"] = bandwidth_test("tcp", tests["tcp"], master)
     data["bandwidth"] = bandwidth
+    # Each rank node's health figures (multinode_ds.health), where the role measured them.
+    data["health"] = dict((h, health.parse(hv[h].get("preflight_health_figures"))) for h in ranks
+                          if health.parse(hv[h].get("preflight_health_figures")) is not None)
     data["version_table"] = version_table(nodes, data["versions"], dict(
         (h, hv[h].get("multinode_accelerators") or {}) for h in nodes), workers if workers is not None else ranks)
     return data

@@ -13,6 +13,7 @@ import json
 import os
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import health
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.evaluate import evaluate
 
 
@@ -35,10 +36,24 @@ def text_report(report, data):
     return "\n".join(parts)
 
 
+def _load(path):
+    """The health history file's content ({} when it is absent or unreadable: the nodes are judged by their peers)."""
+    try:
+        with open(path) as fh:
+            loaded = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
 def judge_and_write(data, settings, dest=None, cache_path=None, key=None, check_mode=False):
     """The module's result: status, message, outcome, verdicts, findings, tables, text, path, changed.
 
     Raises PreflightError, KeyError, TypeError or ValueError on data that cannot be judged."""
+    # Each node's health figures of its last passing preflights, beside the preflight records (module_utils/
+    # preflight/health.py): read before the judgement, the new figures added after a pass.
+    history_path = os.path.join(os.path.dirname(cache_path), "health.json") if cache_path else None
+    data = dict(data, health_history=_load(history_path) if history_path else {})
     report = evaluate(data, settings)
     path = None
     changed = False
@@ -49,7 +64,8 @@ def judge_and_write(data, settings, dest=None, cache_path=None, key=None, check_
                "status": report["status"], "verdicts": report["verdicts"], "findings": report["findings"],
                "warnings": report["warnings"], "advice": report["advice"], "bandwidth": report["bandwidth"],
                "settings": report["settings"],
-               "raw": dict((k, data.get(k)) for k in ("versions", "ssh", "port", "gpus", "link_gbps", "bandwidth"))}
+               "raw": dict((k, data.get(k)) for k in ("versions", "ssh", "port", "gpus", "link_gbps", "bandwidth",
+                                                      "health"))}
         with open(path, "w") as fh:
             json.dump(doc, fh, indent=2, sort_keys=True, default=str)
             fh.write("\n")
@@ -67,6 +83,11 @@ def judge_and_write(data, settings, dest=None, cache_path=None, key=None, check_
             with open(cache_path + ".tmp", "w") as fh:
                 json.dump(record, fh, indent=2, sort_keys=True, default=str)
             os.replace(cache_path + ".tmp", cache_path)
+            if data.get("health"):
+                with open(history_path + ".tmp", "w") as fh:
+                    json.dump(health.updated_history(data["health_history"], data["health"]), fh, indent=1,
+                              sort_keys=True)
+                os.replace(history_path + ".tmp", history_path)
         elif os.path.exists(cache_path):
             os.remove(cache_path)
     message = None

@@ -59,3 +59,29 @@ def test_bench_check_runs_as_the_role_runs_it():
     res = run("multinode_ds.bench_worker.check", "no-such-model", "", "")
     assert res.returncode == 1 and "no-such-model" in res.stderr and not res.stdout
     assert run("multinode_ds.bench_worker.check", "llama-tiny", "", "").returncode == 0
+
+
+def test_health_measures_compute_memory_and_the_shared_write_and_leaves_nothing(tmp_path, capsys):
+    from multinode_ds import health
+
+    assert health.main(["--shared", str(tmp_path), "--seconds", "0.2"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert set(figures) == {"host", "compute_gflops", "memory_gbps", "shared_write_mbps"}
+    assert all(figures[k] > 0 for k in ("compute_gflops", "memory_gbps", "shared_write_mbps"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_health_names_what_it_could_not_measure(tmp_path):
+    from multinode_ds import health
+
+    figures = health.measure(str(tmp_path / "missing"), 0.1)
+    assert figures["shared_write_mbps"] is None and figures["compute_gflops"] > 0
+    assert figures["errors"]["shared_write_mbps"].startswith("FileNotFoundError")
+
+
+def test_sustained_is_the_mean_time_of_the_repetitions_stalls_included():
+    from multinode_ds import health
+
+    calls = iter([0.05, 0.01, 0.03])
+    import time as clock
+    assert 0.03 <= health.sustained(lambda: clock.sleep(next(calls)), 0.0) < 0.045

@@ -57,7 +57,7 @@ def test_writes_json_and_text(tmp_path, run_module):
     assert doc["verdicts"] == res["verdicts"] and len(doc["verdicts"]) > 10
     assert doc["settings"]["max_clock_skew"] == 2.0
     assert doc["raw"]["bandwidth"]["primary"]["raw"]["results"] == GLOO["results"]
-    assert set(doc["raw"]) == {"versions", "ssh", "port", "gpus", "link_gbps", "bandwidth"}
+    assert set(doc["raw"]) == {"versions", "ssh", "port", "gpus", "link_gbps", "bandwidth", "health"}
     assert doc["bandwidth"]["primary"]["status"] == "pass" and doc["created"].endswith("Z")
     text = (dest / "preflight.txt").read_text()
     assert text == res["text"]

@@ -1,0 +1,98 @@
+"""A node's health figures for preflight (role preflight, on every rank node at once; issue 47, point 3)::
+
+    python -m multinode_ds.health --shared /srv/multinode-deepspeed [--seconds 1.0]
+
+Prints one JSON line: ``compute_gflops`` (float32 matmuls of fixed size, with the BLAS threads of every core),
+``memory_gbps`` (copies of a 64 MiB array: bytes read and written per second) and ``shared_write_mbps`` (4 MiB
+written to the shared directory and synced, then removed).  Each is what the node keeps up over its share of
+``--seconds``, stalls included (a CPU quota, a throttled clock, a neighbour's load); every rank node measures at
+the same time, so a load they share slows them alike.  The controller compares the figures across the job's nodes
+and with each node's own past (plugins/module_utils/preflight/health.py).  Needs numpy (the stack's venv has it).
+"""
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+MATMUL = 1024
+COPY_BYTES = 64 << 20
+WRITE_BYTES = 4 << 20
+
+
+def sustained(work, seconds, least=3):
+    """Seconds per ``work()``, over repetitions for about ``seconds`` (at least ``least`` of them): what the node
+    keeps up, stalls included."""
+    count, t0 = 0, time.perf_counter()
+    while count < least or time.perf_counter() - t0 < seconds:
+        work()
+        count += 1
+    return (time.perf_counter() - t0) / count
+
+
+def compute_gflops(seconds):
+    import numpy  # pylint: disable=import-outside-toplevel
+
+    a = numpy.random.default_rng(0).random((MATMUL, MATMUL), dtype=numpy.float32)
+    b = numpy.random.default_rng(1).random((MATMUL, MATMUL), dtype=numpy.float32)
+    numpy.matmul(a, b)
+    return 2.0 * MATMUL ** 3 / sustained(lambda: numpy.matmul(a, b), seconds) / 1e9
+
+
+def memory_gbps(seconds):
+    import numpy  # pylint: disable=import-outside-toplevel
+
+    src = numpy.ones(COPY_BYTES // 8, dtype=numpy.float64)
+    dst = numpy.empty_like(src)
+    numpy.copyto(dst, src)
+    return 2.0 * COPY_BYTES / sustained(lambda: numpy.copyto(dst, src), seconds) / 1e9
+
+
+def shared_write_mbps(directory, seconds):
+    """MB/s of a 4 MiB write and fsync to a file of this process's own in ``directory`` (removed after)."""
+    path = os.path.join(directory, ".health-%s-%d" % (socket.gethostname(), os.getpid()))
+    block = os.urandom(WRITE_BYTES)
+
+    def write():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, block)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    try:
+        return WRITE_BYTES / sustained(write, seconds, least=2) / 1e6
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+def measure(shared, seconds):
+    """The node's figures."""
+    out = {"host": socket.gethostname()}
+    for key, fn in (("compute_gflops", lambda: compute_gflops(seconds * 0.5)),
+                    ("memory_gbps", lambda: memory_gbps(seconds * 0.25)),
+                    ("shared_write_mbps", lambda: shared_write_mbps(shared, seconds * 0.25))):
+        try:
+            out[key] = round(fn(), 3)
+        except (OSError, ImportError, ValueError, MemoryError) as exc:
+            out[key] = None
+            out.setdefault("errors", {})[key] = "%s: %s" % (type(exc).__name__, exc)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="multinode_ds.health", description=__doc__.splitlines()[0])
+    p.add_argument("--shared", required=True, help="the shared directory (its write speed is measured)")
+    p.add_argument("--seconds", type=float, default=1.0, help="about how long the measurements take together")
+    args = p.parse_args(argv)
+    print(json.dumps(measure(args.shared, max(0.1, args.seconds))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
