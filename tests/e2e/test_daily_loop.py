@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FILES = Path(__file__).resolve().parent / "files" / "workdir"
 VENV_PY = "/opt/multinode-deepspeed/venv/bin/python"
 COPY_TASK = "Copy the workdir to the shared directory"
-BEFORE_TASK = "Before the agents"
+BEFORE_TASK = "Before the start - the preflight, the workdir"
 END_TASK = "End the play on the nodes with nothing left in it"
 
 

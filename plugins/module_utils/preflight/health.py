@@ -7,8 +7,10 @@ run before it costs one.
 Each rank node measured itself (multinode_ds/health.py: its matmul GFLOP/s, its memory copy GB/s, its write speed
 to the shared directory), all nodes at once.  Each figure is compared with the median of the other rank nodes'
 and with the median of the node's own figures in its last passing preflights (the controller keeps them, one file
-beside the preflight records); below ``health_fraction`` of either it is a failure (``health_action=fail``) or a
-warning (``warn``), with the figure, the reference and the fix.
+beside the preflight records).  Below ``health_fraction`` of its peers it is a failure (``health_action=fail``) or
+a warning (``warn``), with the figure, the reference and the fix; below that share of its own past only a warning,
+unless the node has no peer in the job (the past was measured under another load; the peers at the same moment).
+A slow write to the shared directory is only a warning.
 
 Pure functions, no Ansible import.
 """
@@ -95,11 +97,14 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
                     host, does, _shown(value), unit, 100 * value / _median(peers), _shown(_median(peers)), unit), fix))
             past = [_number(p.get(key)) for p in (history or {}).get(host) or [] if isinstance(p, dict)]
             past = [p for p in past if p is not None]
+            own = len(problems)
             if len(past) >= LEAST_HISTORY and value < fraction * _median(past):
                 problems.append(("%s %s %s %s, %.0f%% of its own median %s %s over its last %d passing "
                                  "preflights" % (host, does, _shown(value), unit, 100 * value / _median(past),
                                                  _shown(_median(past)), unit, len(past)), fix))
-            refused = refused or (len(problems) > before and key not in WARN_ONLY)
+            # Its peers, measured at the same moment, are the fair reference; its own past (another load, another
+            # day) decides alone only when it has no peer.
+            refused = refused or (key not in WARN_ONLY and (own > before or (not peers and len(problems) > own)))
         if problems:
             out.append(verdict("health", host, status if refused else WARN, "; ".join(p[0] for p in problems),
                                "%s; or run without it (-e exclude=%s), or -e preflight_health_action=warn" % (

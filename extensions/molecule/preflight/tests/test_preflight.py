@@ -39,9 +39,17 @@ def test_the_bandwidth_test_was_skipped_as_asked():
     assert "preflight_bandwidth=false" in list(verdicts("bandwidth").values())[0]["detail"]
 
 
-def test_a_pass_is_recorded_for_reuse():
-    records = glob.glob(os.path.join(EPHEMERAL, "preflight-cache", "*.json"))
+def test_a_pass_is_recorded_for_reuse_with_each_rank_nodes_health():
+    cache = os.path.join(EPHEMERAL, "preflight-cache")
+    records = [p for p in glob.glob(os.path.join(cache, "*.json")) if os.path.basename(p) != "health.json"]
     assert len(records) == 1
+    # The rank nodes' health figures of this passing preflight, the reference of their next ones.
+    with open(os.path.join(cache, "health.json")) as fh:
+        history = json.load(fh)
+    assert sorted(history) == ["mndsm-pf-w1", "mndsm-pf-w2"]
+    assert all(len(figures) == 1 and figures[0]["compute_gflops"] > 0 for figures in history.values())
+    assert set(verdicts("health")) == {"mndsm-pf-w1", "mndsm-pf-w2"}
+    assert all(v["status"] == "pass" for v in verdicts("health").values()), verdicts("health")
     with open(records[0]) as fh:
         record = json.load(fh)
     assert record["status"] == "pass" and record["run_id"] == "molecule-preflight"
