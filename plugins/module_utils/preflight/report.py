@@ -36,7 +36,7 @@ def text_report(report, data):
     return "\n".join(parts)
 
 
-def _load(path):
+def load_history(path):
     """The health history file's content ({} when it is absent or unreadable: the nodes are judged by their peers)."""
     try:
         with open(path) as fh:
@@ -53,7 +53,7 @@ def judge_and_write(data, settings, dest=None, cache_path=None, key=None, check_
     # Each node's health figures of its last passing preflights, beside the preflight records (module_utils/
     # preflight/health.py): read before the judgement, the new figures added after a pass.
     history_path = os.path.join(os.path.dirname(cache_path), "health.json") if cache_path else None
-    data = dict(data, health_history=_load(history_path) if history_path else {})
+    data = dict(data, health_history=load_history(history_path) if history_path else {})
     report = evaluate(data, settings)
     path = None
     changed = False
@@ -83,10 +83,10 @@ def judge_and_write(data, settings, dest=None, cache_path=None, key=None, check_
             with open(cache_path + ".tmp", "w") as fh:
                 json.dump(record, fh, indent=2, sort_keys=True, default=str)
             os.replace(cache_path + ".tmp", cache_path)
-            if data.get("health"):
+            history = health.updated_history(data["health_history"], data.get("health"))
+            if history != data["health_history"]:  # figures were measured (not only errors)
                 with open(history_path + ".tmp", "w") as fh:
-                    json.dump(health.updated_history(data["health_history"], data["health"]), fh, indent=1,
-                              sort_keys=True)
+                    json.dump(history, fh, indent=1, sort_keys=True)
                 os.replace(history_path + ".tmp", history_path)
         elif os.path.exists(cache_path):
             os.remove(cache_path)

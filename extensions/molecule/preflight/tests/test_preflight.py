@@ -39,17 +39,16 @@ def test_the_bandwidth_test_was_skipped_as_asked():
     assert "preflight_bandwidth=false" in list(verdicts("bandwidth").values())[0]["detail"]
 
 
-def test_a_pass_is_recorded_for_reuse_with_each_rank_nodes_health():
+def test_a_pass_is_recorded_for_reuse_and_a_health_check_that_cannot_run_is_named():
     cache = os.path.join(EPHEMERAL, "preflight-cache")
     records = [p for p in glob.glob(os.path.join(cache, "*.json")) if os.path.basename(p) != "health.json"]
     assert len(records) == 1
-    # The rank nodes' health figures of this passing preflight, the reference of their next ones.
-    with open(os.path.join(cache, "health.json")) as fh:
-        history = json.load(fh)
-    assert sorted(history) == ["mndsm-pf-w1", "mndsm-pf-w2"]
-    assert all(len(figures) == 1 and figures[0]["compute_gflops"] > 0 for figures in history.values())
-    assert set(verdicts("health")) == {"mndsm-pf-w1", "mndsm-pf-w2"}
-    assert all(v["status"] == "pass" for v in verdicts("health").values()), verdicts("health")
+    # The scenario's venv is a stand-in (pyvenv.cfg and dist-info names, no Python): the health figures cannot be
+    # measured there, which each worker's verdict says (a warning, never the failure), and no history is kept.
+    health = verdicts("health")
+    assert set(health) == {"mndsm-pf-w1", "mndsm-pf-w2"}
+    assert all(v["status"] == "warn" and v["detail"].startswith("not measured: ") for v in health.values()), health
+    assert not os.path.exists(os.path.join(cache, "health.json"))
     with open(records[0]) as fh:
         record = json.load(fh)
     assert record["status"] == "pass" and record["run_id"] == "molecule-preflight"

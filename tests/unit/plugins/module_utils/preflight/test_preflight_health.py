@@ -65,3 +65,13 @@ def test_a_slow_shared_directory_write_is_named_not_refused():
     verdicts = health.health_verdicts(figures)
     assert verdicts[1]["status"] == "warn" and verdicts[1]["detail"].startswith(
         "worker2 writes to the shared directory at 90 MB/s, 7% of the other nodes' median 1286 MB/s")
+
+
+def test_the_history_file_is_read_whole_or_not_at_all_and_errors_add_nothing(tmp_path):
+    from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import report
+
+    assert report.load_history(str(tmp_path / "absent.json")) == {}
+    (tmp_path / "torn.json").write_text("{")
+    assert report.load_history(str(tmp_path / "torn.json")) == {}
+    assert health.updated_history({}, {"worker1": {"error": "x"}}) == {}
+    assert health.updated_history({}, THROTTLED)["worker2"] == [THROTTLED["worker2"]]
