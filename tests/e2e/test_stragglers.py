@@ -141,4 +141,5 @@ def test_preflight_refuses_the_slowed_worker_before_a_run_starts_on_it(provision
     print("health figures with worker2 limited: %s" % json.dumps(figures))
     assert figures["worker2"]["compute_gflops"] < 0.5 * figures["worker1"]["compute_gflops"]
     verdicts = dict((v["host"], v["status"]) for v in report["verdicts"] if v["check"] == "health")
-    assert verdicts == {"worker1": "pass", "worker2": "fail"}, report["verdicts"]
+    # worker1 is not refused (a slow memory copy under the suite's load would only be a warning).
+    assert verdicts["worker2"] == "fail" and verdicts["worker1"] in ("pass", "warn"), report["verdicts"]
