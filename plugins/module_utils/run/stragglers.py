@@ -18,7 +18,11 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import re
 from collections import deque
+
+# A node's name as a rank wrote it in its records (rank code is the user's): a host name, else the rank stands in.
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 # A node is a straggler below this score (its slowest rank computes at under 70 % of the fastest rank's pace) ...
 THRESHOLD = 0.7
@@ -80,7 +84,9 @@ class Stragglers(object):
             for number, value in rec.get("computes") or [[rec.get("step"), rec.get("compute")]]:
                 seconds, number = _seconds(value), _step(number)
                 if seconds is not None and number is not None and number > self.sampled.get(rank, -1):
-                    fresh.setdefault(number, []).append((rank, seconds, str(rec.get("host") or "rank %s" % rank)))
+                    host = str(rec.get("host") or "")
+                    host = host if HOST_RE.fullmatch(host) else "rank %s" % _step(rank)
+                    fresh.setdefault(number, []).append((rank, seconds, host))
         for number in sorted(fresh):
             for rank, seconds, host in fresh[number]:
                 self.sampled[rank] = number

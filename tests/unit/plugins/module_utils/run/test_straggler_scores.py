@@ -135,3 +135,11 @@ def test_replace_waits_for_the_checkpoint_it_asked_for():
     assert stragglers.moved_reason(why, True, 40, 3.0) == why + "; the run was checkpointed at step 40 and moves off it"
     assert stragglers.moved_reason(why, False, None, 61.2).endswith(
         "; no checkpoint came within 61s, so the next attempt resumes from the newest one")
+
+
+def test_a_host_name_a_rank_wrote_is_used_only_when_it_is_a_host_name():
+    """Rank code is the user's: a 'host' with markup or newlines never reaches the report or the progress line."""
+    tracker = Stragglers(steps=1)
+    for n in range(1, 6):
+        tracker.see({0: step(0, n, 0.1, "worker1"), 1: step(1, n, 0.4, "](x)\n**bad**")})
+    assert set(tracker.scores()) == {"worker1", "rank 1"} and "rank 1" in tracker.flagged
