@@ -60,7 +60,25 @@ IMAGE_PACKAGES = [
     "nfs-kernel-server", "nfs-common",
     # The slurm role's packages (daemons, client, munge, accounting with slurmdbd on MariaDB).
     "munge", "slurmctld", "slurmd", "slurm-client", "slurmdbd", "mariadb-server", "python3-pymysql",
+    # A compiler cache (COMPILER_CACHE below).
+    "ccache",
 ]
+# The nodes' C++ compiles (DeepSpeed's ops, built by role stack and by ds_ops on every fresh node) go through ccache
+# (``c++``, ``g++``, ``cc`` and ``gcc`` in /usr/local/bin, ahead of /usr/bin, are its links), with one cache directory
+# of this machine shared by every node of every local cluster (CACHE/ccache at CCACHE_MOUNT): a fresh node still
+# runs each build, its compiler served from the cache when another node compiled the same file before.  A node
+# without the mount (a molecule scenario's) keeps a cache of its own.  A test that needs a real compile sets
+# CCACHE_DISABLE=1.
+CCACHE_MOUNT = "/var/cache/mnds-ccache"
+CCACHE_CONF = f"""\
+# Written by scripts/localcluster.py: the local cluster's shared compiler cache.
+cache_dir = {CCACHE_MOUNT}
+# Every node's accounts write to it.
+umask = 000
+# The build directory is not part of a compile's key (nodes build in their own).
+hash_dir = false
+max_size = 2G
+"""
 CONTAINERS_CONF = """\
 # Written by scripts/localcluster.py; used through CONTAINERS_CONF only.
 [containers]
@@ -130,7 +148,7 @@ def debian_mirror() -> str:
 
 
 def image_name() -> str:
-    digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES) + START_SCRIPT).encode()).hexdigest()[:10]
+    digest = hashlib.sha256((SUITE + " ".join(IMAGE_PACKAGES) + START_SCRIPT + CCACHE_CONF).encode()).hexdigest()[:10]
     return f"localhost/{DEFAULT_PREFIX}-node:{SUITE}-{digest}"
 
 
@@ -161,6 +179,7 @@ def ensure_image() -> str:
             start = rootfs / START_SCRIPT_PATH.lstrip("/")
             start.write_text(START_SCRIPT)
             start.chmod(0o755)
+            install_ccache(rootfs)
             (rootfs / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
             subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tarball) + ".part", "."], check=True)
             os.replace(str(tarball) + ".part", tarball)
@@ -173,6 +192,28 @@ def ensure_image() -> str:
     log(f"image {name} imported")
     prune_old_images(name, tarball)
     return name
+
+
+def install_ccache(rootfs: Path) -> None:
+    """The compiler cache in the image's root file system: its config, its links ahead of the compilers, and its
+    directory (the shared one is mounted over it)."""
+    (rootfs / "etc" / "ccache.conf").write_text(CCACHE_CONF)
+    for compiler in ("c++", "g++", "cc", "gcc"):
+        link = rootfs / "usr" / "local" / "bin" / compiler
+        link.unlink(missing_ok=True)
+        link.symlink_to("/usr/bin/ccache")
+    cache = rootfs / CCACHE_MOUNT.lstrip("/")
+    cache.mkdir(parents=True, exist_ok=True)
+    cache.chmod(0o1777)
+
+
+def ccache_dir() -> Path:
+    """This machine's directory of the nodes' compiler cache (made once, writable by every node's accounts)."""
+    path = CACHE / "ccache"
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o1777)
+    return path
 
 
 def prune_old_images(keep: str, keep_tarball: Path) -> None:
@@ -399,7 +440,7 @@ def start_nodes(workers: int, image: str, spares: int = 0) -> None:
                "--mac-address", mac_address(addresses[node]), "--network-alias", node, "--label", f"io.multinode.cluster={PREFIX}",
                "--label", f"io.multinode.address={addresses[node]}",
                "--init", "-v", f"{VOLUME}:{SHARED_MOUNT}", "-v", f"{MOUNTS}:{HOST_MOUNT}:rslave", "--shm-size", "1g",
-               image, START_SCRIPT_PATH)
+               "-v", f"{ccache_dir()}:{CCACHE_MOUNT}", image, START_SCRIPT_PATH)
         log(f"started {name} at {addresses[node]}")
     hosts = {}
     known = []

@@ -59,13 +59,13 @@ _value:
 import time
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes.pods import leftovers
 
 
 def k8s_leftovers(services, pods, keep=None):
     try:
-        return k8s.leftovers((services or {}).get("resources") or [], (pods or {}).get("resources") or [],
-                             time.time(), keep=list(keep or []))
+        return leftovers((services or {}).get("resources") or [], (pods or {}).get("resources") or [],
+                         time.time(), keep=list(keep or []))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("k8s_leftovers: %s: %s" % (type(exc).__name__, exc))
 

@@ -70,14 +70,14 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.kubernetes import preflight_verdicts
 
 
 def k8s_preflight(opts, extra, kubeconfig_found, namespace=None, nodes=None, claim=None, image=None,
                   fingerprints=None):
     try:
-        return k8s.preflight_verdicts(dict(opts or {}), dict(extra or {}), bool(kubeconfig_found), namespace, nodes,
-                                      claim, image, fingerprints)
+        return preflight_verdicts(dict(opts or {}), dict(extra or {}), bool(kubeconfig_found), namespace, nodes,
+                                  claim, image, fingerprints)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("k8s_preflight: %s: %s" % (type(exc).__name__, exc))
 

@@ -51,17 +51,18 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm_conf
 
 
 def slurm_config(settings, controller, nodes):
     try:
-        conf_nodes = slurm.conf_nodes(nodes or [])
-        problems = slurm.conf_problems(settings or {}, (controller or {}).get("name"), conf_nodes)
+        conf_nodes = slurm_conf.conf_nodes(nodes or [])
+        problems = slurm_conf.conf_problems(settings or {}, (controller or {}).get("name"), conf_nodes)
         if problems:
             return {"problems": problems}
-        return {"problems": [], "slurm.conf": slurm.render_conf(settings, controller, conf_nodes),
-                "gres.conf": slurm.render_gres(conf_nodes), "slurmdbd.conf": slurm.render_dbd(controller["hostname"])}
+        return {"problems": [], "slurm.conf": slurm_conf.render_conf(settings, controller, conf_nodes),
+                "gres.conf": slurm_conf.render_gres(conf_nodes),
+                "slurmdbd.conf": slurm_conf.render_dbd(controller["hostname"])}
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError("slurm_config: %s: %s" % (type(exc).__name__, exc))
 

@@ -56,15 +56,15 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.slurm import drain
 
 
 def slurm_drain(nodes, job, why="lost in a run", release=False):
     if not isinstance(job, dict):
         raise AnsibleFilterError("slurm_drain: job must be the job plan (a dict), got %s" % type(job).__name__)
     if release:
-        return slurm.resume_argvs(job, nodes or [])
-    return slurm.drain_argvs(job, list(nodes or []), str(why))
+        return drain.resume_argvs(job, nodes or [])
+    return drain.drain_argvs(job, list(nodes or []), str(why))
 
 
 class FilterModule(object):

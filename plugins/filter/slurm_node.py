@@ -38,12 +38,12 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm_conf
 
 
 def slurm_node(hostvars):
     try:
-        return slurm.node_from_hostvars(hostvars or {})
+        return slurm_conf.node_from_hostvars(hostvars or {})
     except (TypeError, ValueError) as exc:
         raise AnsibleFilterError("slurm_node: %s: %s" % (type(exc).__name__, exc))
 

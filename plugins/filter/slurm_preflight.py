@@ -47,7 +47,7 @@ _value:
 """
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import slurm
 
 
 def slurm_preflight(controller, munge, versions):

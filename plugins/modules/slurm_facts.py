@@ -85,7 +85,7 @@ message:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import slurm
 
 
 def read(module):

@@ -32,7 +32,8 @@ def kill_a_compile(podman, node):
     """Start DeepSpeed's CPU Adam build as a rank would (its load), and kill it with its compilers half-way: torch's
     build lock stays behind, with no library."""
     script = f"""
-export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR={EXT} PATH={VENV}/bin:$PATH MAX_JOBS=1
+# A real compile to kill (the local cluster's compiler cache would answer a compile it has seen at once).
+export DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR={EXT} PATH={VENV}/bin:$PATH MAX_JOBS=1 CCACHE_DISABLE=1
 cd /tmp
 setsid {VENV}/bin/python -c 'from deepspeed.ops.op_builder import CPUAdamBuilder; CPUAdamBuilder().load()' \
     > /tmp/killed-compile.log 2>&1 &

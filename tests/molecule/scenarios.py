@@ -99,6 +99,18 @@ def start(chosen, e2e=False):
         return _started
 
 
+def wait_for_scenario(scenario, timeout=3600):
+    """Wait until ``scenario`` ended when it has begun (its future is running), so that work that would do the same
+    thing again finds it done: the end-to-end tests' image.yml builds the image the ``image`` scenario built, from
+    podman's layer cache, instead of a second time beside it.  A scenario not started, or still queued behind the
+    others, is not waited for.  Returns whether it waited."""
+    future = _started.get(scenario)
+    if future is None or not future.running():
+        return False
+    concurrent.futures.wait([future], timeout=timeout)
+    return True
+
+
 def wait_for_image(timeout=3600):
     """Block until the scenarios' node image is built (when they were started): the local cluster's ``up`` uses
     the same image and must not build it at the same time."""

@@ -46,7 +46,8 @@ def where(action, test=lambda task: True):
 
 def test_every_attempt_starts_its_agents_and_its_backend_in_start_yml():
     assert where("multinode.deepspeed.agent_start") == ["playbooks/tasks/start.yml"]
-    starts = where("ansible.builtin.include_role", lambda task: (task.get("vars") or {}).get("backend_step") == "start")
+    starts = where("ansible.builtin.include_role",
+                   lambda task: ".launch.steps.start" in str(task["ansible.builtin.include_role"].get("tasks_from")))
     assert starts == ["playbooks/tasks/start.yml"]
     secrets = where("ansible.builtin.include_tasks", lambda task: "secrets.yml" in str(task["ansible.builtin.include_tasks"]))
     assert secrets == ["playbooks/tasks/start.yml"]
@@ -66,8 +67,8 @@ def test_recovery_only_judges_and_places():
     assert steps == ["judge", "quarantine", "place"]
     roles = [(task[name]["name"], task[name]["tasks_from"]) for name, task in actions(RECOVER)
              if name == "ansible.builtin.include_role"]
-    assert roles == [("multinode.deepspeed.backend", "{{ train_job.launch.recover }}.yml"),
-                     ("multinode.deepspeed.preflight", "candidates.yml")]
+    assert roles == [("multinode.deepspeed.backend", "{{ train_job.launch.steps.recover }}"),
+                     ("multinode.deepspeed.preflight", "candidates")]
 
 
 def restated_defaults(paths):

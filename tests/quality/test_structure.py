@@ -156,13 +156,30 @@ def test_unit_tests_mirror_the_stages():
 
 
 def backend_names():
-    """Each backend file's NAME, read from the file itself."""
+    """Each backend's NAME, read from its module: a file of the package, or a package's ``__init__.py``."""
     out = {}
-    for path in BACKENDS.glob("*.py"):
+    for path in sorted(BACKENDS.glob("*.py")) + sorted(BACKENDS.glob("*/__init__.py")):
         found = re.search(r'^\s+NAME = "([a-z-]+)"', path.read_text(), re.M)
         if found:
             out[found.group(1)] = path
     return out
+
+
+def test_a_backend_is_one_file_or_one_package():
+    """Where is a backend?  Its module in launch/backends/ (a file, or a folder of its own), nothing else of it in
+    launch/ (its Kubernetes objects, pods and API client are in its package), and at most one folder of steps in
+    role backend."""
+    names = backend_names()
+    assert {"pdsh", "ssh-free", "slurm", "kubernetes"} <= set(names)
+    assert sorted(p.name for p in (MODULE_UTILS / "launch").glob("*.py")) == ["__init__.py", "lock.py", "prepare.py"]
+    for folder in sorted(p for p in BACKENDS.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        assert (folder / "__init__.py") in names.values(), "%s is a backend's package without its Backend" % folder
+    for name, path in names.items():
+        tasks = ROOT / "roles" / "backend" / "tasks" / (path.parent.name if path.name == "__init__.py" else path.stem)
+        assert not tasks.exists() or tasks.is_dir(), tasks
+    # provision/ holds no launch code: nothing of a run's start, drains or batch script.
+    for path in python_files(MODULE_UTILS / "provision"):
+        assert not re.search(r"def (batch_script|drain_argvs|resume_argvs|pod_spec|objects)\(", path.read_text()), path
 
 
 def code_lines(path):
@@ -191,7 +208,7 @@ def test_no_backend_name_is_compared_outside_its_file():
     quoted = "|".join(re.escape(n) for n in names)
     compare = re.compile(r"""(==|!=|\bin\b|\bis\b)\s*\(?\s*['"](%s)['"]|['"](%s)['"]\s*(==|!=)""" % (quoted, quoted))
     found = []
-    files = [p for p in python_files(ROOT / "plugins", ROOT / "multinode_ds") if p.parent != BACKENDS]
+    files = [p for p in python_files(ROOT / "plugins", ROOT / "multinode_ds") if BACKENDS not in p.parents]
     files += sorted((ROOT / "roles").rglob("*.yml")) + sorted((ROOT / "playbooks").rglob("*.yml"))
     for path in files:
         for number, line in enumerate(path.read_text().splitlines(), 1):

@@ -76,7 +76,8 @@ def gone_nodes(summary):
     return sorted(h for h, n in nodes.items() if n.get("state") == "running")
 
 
-# A pod whose Kubernetes Node stopped reporting, or that the Node lost (module_utils/launch/k8s.pod_problems' words).
+# A pod whose Kubernetes Node stopped reporting, or that the Node lost (the words of pod_problems in
+# module_utils/launch/backends/kubernetes/pods.py).
 _K8S_NODE = re.compile(r"\bpod \S+ on node ([a-z0-9][a-z0-9.-]*)")
 
 

@@ -21,7 +21,7 @@ PLAY = """
       # Where job_plan says the records are on the coordinator (here: the play's one host).
       records: {quarantine_file: %(quarantine)s, spares_file: %(spares)s}
     train_job: {run_id: r1, attempt: 1, restarts: 1, recover_wait: 0, timeout: 3600, rank_hosts: [worker1, worker2],
-                launch: {ssh_agents: [], recover: null, reuse_lost: true}}
+                launch: {ssh_agents: [], steps: {}, reuse_lost: true}}
   tasks:
     - name: After the first attempt
       ansible.builtin.include_tasks: %(tasks)s

@@ -17,7 +17,7 @@ PLAY = """
     run_user: %(user)s
     train_preflight_on: false
     train_job: {run_id: r2, unquarantine: %(names)s, coordinators: [localhost], master: localhost, ds_check: null,
-                ds_ops: [], env: {}, launch: {recover: null, tasks: null, start: true, secret_hosts: []}}
+                ds_ops: [], env: {}, launch: {steps: {}, start: true, secret_hosts: []}}
     train_plan:
       records: {quarantine_file: %(quarantine)s, spares_file: %(spares)s}
   tasks:

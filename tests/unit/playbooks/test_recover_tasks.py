@@ -14,7 +14,7 @@ PLAY = """
     train_retry: false
     train_attempt: 2
     train_collect_dir: /nonexistent
-    train_job: {run_id: r1, restarts: 1, recover_wait: 0, rank_hosts: [], launch: {ssh_agents: [], recover: null}}
+    train_job: {run_id: r1, restarts: 1, recover_wait: 0, rank_hosts: [], launch: {ssh_agents: [], steps: {}}}
   tasks:
     - name: The next attempt's tasks
       ansible.builtin.include_tasks: %s

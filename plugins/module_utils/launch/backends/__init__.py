@@ -3,16 +3,19 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Launch backends: where the ranks of a planned job run, how they start, what follows them, how a run stops.
 
-A backend is one file in this package with one ``Backend`` subclass, listed in ``REGISTRY`` below (the only place,
-with the backends' own files, that names them).  It answers from the job plan (``module_utils/plan/job.py``) alone;
-it never runs anything.  A backend is six small parts, each with defaults; a backend changes what differs, a part's
-data with keyword arguments (``Stop(signal="KILL")``), its logic in a subclass:
+A backend is one module of this package (a file, or a package of its own when it has more to say, as
+``kubernetes/`` and ``slurm/``) with one ``Backend`` subclass, listed in ``REGISTRY`` below (the only place, with the
+backends' own modules, that names them), and at most one folder of tasks in role ``backend``, one file per step.
+It answers from the job plan (``module_utils/plan/job.py``) alone; it never runs anything.  A backend is six small
+parts, each with defaults; a backend changes what differs, a part's data with keyword arguments
+(``Stop(signal="KILL")``), its logic in a subclass:
 
 * ``ranks`` (``Ranks``): where the ranks run: the launchers, the agents, the SSH logins the launch needs;
 * ``options`` (``Options``): the backend's own variables, read and checked, and its checks of the planned job;
 * ``start`` (``Start``): how the ranks start: the launcher's argv, more files of the run directory, whether the play
   starts the run;
-* ``tasks`` (``Tasks``): the backend's tasks file in role ``backend``, and what it reads of the plan;
+* ``tasks`` (``Tasks``): the backend's steps in role ``backend`` (``roles/backend/tasks/<folder>/<step>.yml``), and
+  what they read of the plan;
 * ``watch`` (``Watch``): what the watch follows beside the agents' heartbeats;
 * ``stop`` (``Stop``): how a run stops: the agents' argv, their first signal, the scheduler's turn.
 
@@ -201,19 +204,32 @@ def world_info(job):
 
 
 class Tasks(Part):
-    """The backend's one tasks file in role ``backend`` (``roles/backend/tasks/<name>.yml``), if it has one."""
+    """The backend's steps in role ``backend``: one tasks file per step, ``roles/backend/tasks/<folder>/<step>.yml``
+    (the role's entry point ``<folder>/<step>``, with its argument spec)."""
 
-    # Its name for preflight (``backend_step`` preflight), or None.
-    preflight = None
-    # Its name for the run, or None: included with ``backend_step`` check (no preflight), start (before the agents
-    # start) and finish (after the run is collected, whatever its end).
-    run = None
-    # Its name for a run's recovery, or None: included with ``backend_step`` recover after a failed attempt is
-    # judged retried, before the next one is placed (``backend_failed``: the nodes to keep out).
-    recover = None
+    # Where each step is included (the playbooks include a step only when the backend has it):
+    #   preflight  role preflight's checks (sets backend_verdicts for its report)
+    #   check      train.yml after the plan, when no preflight makes the checks (fails before anything changes)
+    #   start      tasks/start.yml, every attempt, before the agents start
+    #   finish     tasks/attempt.yml, after the attempt is collected, whatever its end
+    #   recover    tasks/recover.yml, after a failed attempt is judged retried (backend_failed: the nodes to keep out)
+    #   release    train.yml with -e unquarantine=, the nodes let out given back to the scheduler
+    STEPS = ("preflight", "check", "start", "finish", "recover", "release")
+
+    # The folder of its steps in role backend (roles/backend/tasks/<folder>/), or None; the steps it has there.
+    folder = None
+    steps = ()
+
+    def entry_points(self):
+        """``{step: "<folder>/<step>"}``: role backend's entry point (its ``tasks_from``) for each step it has."""
+        unknown = sorted(set(self.steps) - set(self.STEPS))
+        if unknown:
+            raise ValueError("%s: unknown backend steps %s (the steps are %s)" % (
+                self.folder, ", ".join(unknown), ", ".join(self.STEPS)))
+        return dict((step, "%s/%s" % (self.folder, step)) for step in self.steps) if self.folder else {}
 
     def extra(self, job):
-        """What the tasks file reads of the plan, beyond the common description (JSON)."""
+        """What the tasks files read of the plan, beyond the common description (JSON)."""
         return {}
 
 
@@ -297,8 +313,8 @@ class Backend(object):
                 "ssh_pairs": [list(p) for p in ranks.ssh_pairs(job)], "ssh_targets": ranks.ssh_targets(job),
                 "ranks_over_ssh": ranks.over_ssh, "ssh_agents": ranks.ssh_agents(job),
                 "secret_hosts": ranks.secret_hosts(job),
-                "stop": self.stop.mode, "checks": tasks.preflight, "files": start.files(job), "start": start.now(job),
-                "handoff": start.handoff(job), "tasks": tasks.run, "recover": tasks.recover,
+                "stop": self.stop.mode, "steps": tasks.entry_points(), "files": start.files(job), "start": start.now(job),
+                "handoff": start.handoff(job),
                 "reuse_lost": ranks.reuse_lost, "follow": watch.follow(job),
                 "probe_nodes": watch.probe_nodes, "extra": tasks.extra(job)}
 

@@ -5,7 +5,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.deepspeed.plugins.filter.k8s_leftovers import FilterModule
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
 
 leftovers = FilterModule().filters()["k8s_leftovers"]
 

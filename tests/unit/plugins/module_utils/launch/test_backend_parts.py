@@ -96,7 +96,7 @@ def test_the_other_parts_default_to_nothing_of_their_own():
     assert backends.Options().read({"x": 1}, []) == {} and backends.Options().check(JOB) == []
     assert backends.Options.defaults == {}
     tasks, watch = backends.Tasks(), backends.Watch()
-    assert (tasks.preflight, tasks.run, tasks.extra(JOB)) == (None, None, {})
+    assert (tasks.folder, tasks.steps, tasks.entry_points(), tasks.extra(JOB)) == (None, (), {}, {})
     assert (watch.probe_nodes, watch.follow(JOB), watch.follower({})) == (True, None, None)
 
 
@@ -105,13 +105,22 @@ def test_a_backend_of_defaults_describes_itself_from_its_parts():
         NAME = "plain"
     launch = Plain().describe(JOB)
     assert list(launch) == ["name", "launchers", "agents", "argv", "agent_argv", "ssh_pairs", "ssh_targets",
-                            "ranks_over_ssh", "ssh_agents", "secret_hosts", "stop", "checks", "files", "start", "handoff", "tasks",
-                            "recover", "reuse_lost", "follow", "probe_nodes", "extra"]
+                            "ranks_over_ssh", "ssh_agents", "secret_hosts", "stop", "steps", "files", "start", "handoff",
+                            "reuse_lost", "follow", "probe_nodes", "extra"]
     assert launch["name"] == "plain" and launch["launchers"] == ["a", "b"] and launch["stop"] == "lease"
     assert launch["secret_hosts"] == ["a", "b"]
     assert launch["argv"]["a"] == launch_py(0) + RANK
     assert launch["agent_argv"]["b"] == AGENT + ["b"] + PLAN + ["--"] + launch["argv"]["b"]
-    assert (launch["checks"], launch["tasks"], launch["follow"], launch["extra"]) == (None, None, None, {})
+    assert (launch["steps"], launch["follow"], launch["extra"]) == ({}, None, {})
+
+
+def test_a_backends_steps_are_entry_points_of_role_backend():
+    tasks = backends.Tasks(folder="sched", steps=("preflight", "recover"))
+    assert tasks.entry_points() == {"preflight": "sched/preflight", "recover": "sched/recover"}
+    with pytest.raises(ValueError, match="sched: unknown backend steps submit"):
+        backends.Tasks(folder="sched", steps=("preflight", "submit")).entry_points()
+    with pytest.raises(TypeError, match="Tasks has no run"):
+        backends.Tasks(run="sched")
 
 
 def test_what_preflight_and_the_watch_ask_a_backend_comes_from_its_parts():

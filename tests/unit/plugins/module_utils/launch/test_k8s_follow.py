@@ -1,5 +1,6 @@
-"""The kubernetes backend's follower and preflight, from objects a real kube-apiserver (v1.20.2, scripts/k8s-local)
-returned: pods the scheduler could not place, pods placed on nodes that stopped reporting, nodes with GPUs."""
+"""The kubernetes backend's follower (launch/backends/kubernetes/pods.py and the package's Follower), from objects a
+real kube-apiserver (v1.20.2, scripts/k8s-local) returned: pods the scheduler could not place, pods placed on nodes
+that stopped reporting.  Preflight's verdicts on the same objects: preflight/test_preflight_kubernetes.py."""
 import copy
 import datetime
 import json
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import pods as k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends import kubernetes as kb
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
@@ -96,60 +98,6 @@ def test_a_missing_pod_is_named_after_a_grace():
     assert (host, pod) == ("worker2", None) and "exceeded quota: gpus" in msg
 
 
-def test_capacity_counts_only_ready_untainted_uncordoned_nodes():
-    nodes = ready_nodes()
-    fit, skipped = k8s.allocatable(nodes)
-    assert sorted(fit) == ["fake-c", "fake-d"] and fit["fake-c"]["nvidia.com/gpu"] == 2
-    assert skipped["fake-a"] == "not ready"
-    assert k8s.capacity_problems(nodes, 2, {"nvidia.com/gpu": 2}) == []
-    (msg,) = k8s.capacity_problems(nodes, 3, {"nvidia.com/gpu": 2})
-    assert msg.startswith("the cluster's schedulable nodes fit 2 of the 3 pods") and "fake-c: nvidia.com/gpu=2" in msg
-    (msg,) = k8s.capacity_problems(nodes, 1, {"nvidia.com/gpu": 4})
-    assert "fit 0 of the 1 pods" in msg
-    (msg,) = k8s.capacity_problems(nodes, 2, {"nvidia.com/gpu": 2, "rdma/hca": 1})
-    assert msg.startswith("no schedulable node has rdma/hca") and "k8s_rdma_resource" in msg
-    cordoned = copy.deepcopy(nodes)
-    for node in cordoned:
-        node["spec"]["unschedulable"] = True
-    (msg,) = k8s.capacity_problems(cordoned, 1, {})
-    assert "no schedulable, ready node" in msg and "fake-c: cordoned" in msg
-
-
-def found(*resources):
-    return {"changed": False, "api_found": True, "resources": list(resources)}
-
-
-def test_preflight_verdicts_name_what_is_missing_and_the_fix():
-    job = gpu_job()
-    opts, extra = job["backend_options"], job["launch"]["extra"]
-    nodes = found(*ready_nodes())
-    ns = found({"metadata": {"name": "default"}})
-    verdicts = k8s.preflight_verdicts(opts, extra, True, ns, nodes)
-    assert [(v["check"], v["status"]) for v in verdicts] == [
-        ("kubernetes api", "pass"), ("kubernetes namespace", "pass"), ("kubernetes capacity", "pass")]
-    (v,) = k8s.preflight_verdicts(opts, extra, False, None, None)
-    assert v["status"] == "fail" and "no kubeconfig at /k/config" in v["detail"] and "KUBECONFIG" in v["fix"]
-    down = {"failed": True, "msg": "Failed to get client due to HTTPSConnectionPool(host='127.0.0.1', port=1): "
-            "Max retries exceeded"}
-    (v,) = k8s.preflight_verdicts(opts, extra, True, down, None)
-    assert v["check"] == "kubernetes api" and "does not answer" in v["detail"] and "Max retries" in v["detail"]
-    verdicts = k8s.preflight_verdicts(dict(opts, namespace="nope"), extra, True, found(), nodes)
-    assert verdicts[1]["status"] == "fail" and "kubectl create namespace nope" in verdicts[1]["fix"]
-    big = gpu_job(slots=(2, 2, 2))
-    verdicts = k8s.preflight_verdicts(big["backend_options"], big["launch"]["extra"], True, ns, nodes)
-    assert verdicts[2]["status"] == "fail" and "fit 2 of the 3 pods" in verdicts[2]["detail"]
-    assert verdicts[2]["fix"].startswith("-e hosts= fewer nodes")
-    rdma = gpu_job(k8s_fabric="rdma", k8s_rdma_resource="rdma/hca_shared")
-    verdicts = k8s.preflight_verdicts(rdma["backend_options"], rdma["launch"]["extra"], True, ns, nodes)
-    assert verdicts[2]["status"] == "fail" and "no schedulable node has rdma/hca_shared" in verdicts[2]["detail"]
-    claim = gpu_job(k8s_shared_volume="pvc:shared")
-    verdicts = k8s.preflight_verdicts(claim["backend_options"], claim["launch"]["extra"], True, ns, nodes, found())
-    assert verdicts[-1]["status"] == "fail" and "claim shared is not in namespace default" in verdicts[-1]["detail"]
-    bound = found({"metadata": {"name": "shared"}, "status": {"phase": "Bound"}})
-    verdicts = k8s.preflight_verdicts(claim["backend_options"], claim["launch"]["extra"], True, ns, nodes, bound)
-    assert verdicts[-1]["status"] == "pass"
-
-
 class FakeApi(object):
     def __init__(self, pods, nodes, sts=True, fail=0):
         self._pods, self._nodes, self._sts, self.fail, self.deleted = pods, nodes, sts, fail, []
@@ -206,7 +154,7 @@ def test_the_follower_stops_the_run_when_the_api_keeps_failing_or_the_statefulse
 def test_the_plan_starts_no_agent_over_ssh_and_gives_the_watch_no_ssh_probe():
     launch = gpu_job()["launch"]
     assert launch["ssh_agents"] == [] and launch["agents"] == ["worker1", "worker2"]
-    assert launch["tasks"] == "kubernetes" and launch["probe_nodes"] is False
+    assert launch["steps"] == dict((s, "kubernetes/" + s) for s in ("preflight", "check", "start", "finish")) and launch["probe_nodes"] is False
     assert launch["extra"]["per_pod"] == {"nvidia.com/gpu": 2} and launch["extra"]["pods"] == 2
     assert [o["kind"] for o in launch["extra"]["objects"]] == ["Service", "Pod", "Pod"]
     # Deleted owned objects first: the Service's cascade never removes a pod the play is about to delete by name.

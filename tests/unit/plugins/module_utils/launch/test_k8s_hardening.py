@@ -1,6 +1,6 @@
 """Issue 26, point 4: the kubernetes backend's pods are hardened (no API token, no privilege escalation, every
 capability dropped but rdma's IPC_LOCK, a non-root user when asked, fsGroup so that user reads the Secret)."""
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
 
 JOB = {"run_id": "r1", "rank_hosts": ["w1", "w2"], "slots": {"w1": 2, "w2": 2}, "accelerator": "cuda",
        "env": {"A": "1"}, "venv": "/v", "run_dir": "/s/runs/r1", "shared_dir": "/s", "home": "/h",

@@ -1,12 +1,12 @@
 """The kubernetes backend's image (issue 24): with k8s_image unset, image.yml's image of the rank nodes' stack in
-image_registry; the preflight's verdict from what the registry says (the tag, the stack label), each failure with
-its fix."""
+image_registry.  The preflight's verdict from what the registry says (the tag, the stack label), each failure with
+its fix: preflight/test_preflight_kubernetes.py."""
 import datetime
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
 NOW = datetime.datetime(2026, 11, 26, 2, 0, 0)
@@ -47,42 +47,3 @@ def test_no_default_image_names_the_fix(settings, fingerprints, words):
     for word in words:
         assert word in str(err.value)
     assert str(err.value).count("k8s_image is not set") <= 1
-
-
-def found(**over):
-    out = {"image": REF, "registry": "127.0.0.1:5000", "reachable": True, "exists": True, "error": None,
-           "message": None, "labels": {registry.FINGERPRINT_LABEL: FP}}
-    out.update(over)
-    return out
-
-
-OPTS = {"image": REF, "image_default": True, "image_check": True, "image_registry": "127.0.0.1:5000"}
-NODES = {"worker1": FP, "worker2": FP}
-
-
-def test_the_image_passes_when_the_registry_holds_it_with_the_nodes_stack():
-    [v] = k8s.image_verdicts(OPTS, found(), NODES)
-    assert v["status"] == "pass" and FP in v["detail"]
-
-
-@pytest.mark.parametrize("answer, opts, words", [
-    (found(exists=False, labels={}), OPTS, ["the registry 127.0.0.1:5000 has no " + REF,
-                                            "ansible-playbook image.yml -e image_registry=127.0.0.1:5000"]),
-    (found(labels={registry.FINGERPRINT_LABEL: "0" * 16}), dict(OPTS, image_default=False),
-     ["holds stack 0000000000000000, the rank nodes hold " + FP, "leave k8s_image unset"]),
-    (found(labels={}), dict(OPTS, image_default=False), ["has no stack label", "k8s_image_check=false"]),
-    (found(reachable=False, exists=False, error="unreachable",
-           message="the registry 127.0.0.1:5000 cannot be reached: refused. Fix: start it"), OPTS,
-     ["cannot be reached", "start it", "k8s_image_check=false"]),
-])
-def test_a_wrong_image_is_refused_with_the_fix(answer, opts, words):
-    [v] = k8s.image_verdicts(opts, answer, NODES)
-    assert v["status"] == "fail", v
-    text = v["detail"] + " Fix: " + v["fix"]
-    for word in words:
-        assert word in text, text
-
-
-def test_no_check_no_verdict():
-    assert k8s.image_verdicts(dict(OPTS, image_check=False), found(), NODES) == []
-    assert k8s.image_verdicts(OPTS, {"skipped": True, "changed": False}, NODES) == []

@@ -4,7 +4,8 @@ import datetime
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import plan
 
 NOW = datetime.datetime(2026, 11, 24, 2, 0, 0)

@@ -1,6 +1,6 @@
-"""The kubernetes backend's pod, part by part (module_utils/launch/k8s.py): its environment, its container, the
+"""The kubernetes backend's pod, part by part (module_utils/launch/backends/kubernetes/objects.py): its environment, its container, the
 run's Secret, the pod's spec."""
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
 
 JOB = {"run_id": "r1", "rank_hosts": ["w1", "w2"], "slots": {"w1": 2, "w2": 2}, "accelerator": "cuda",
        "env": {"A": "1", "NCCL_IB_DISABLE": "1"}, "venv": "/v", "run_dir": "/s/runs/r1", "shared_dir": "/s",

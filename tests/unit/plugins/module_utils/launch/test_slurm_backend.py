@@ -1,4 +1,5 @@
-"""The slurm backend (backends/slurm.py) and the batch script it writes (module_utils/provision/slurm.py)."""
+"""The slurm backend (launch/backends/slurm/): its plan, the batch script it writes (batch.py) and its drains
+(drain.py)."""
 import datetime
 import json
 import shlex
@@ -6,7 +7,7 @@ import shlex
 import pytest
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.slurm import batch, drain
 from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import JobError, plan
 
 NOW = datetime.datetime(2026, 11, 23, 17, 0, 5)
@@ -49,7 +50,7 @@ def test_only_the_coordinator_runs_an_agent_and_no_ssh_is_needed():
     # The coordinator's agent submits; the workers' agents beat and sweep the run's processes on an abort.
     assert launch["launchers"] == ["coord"] and launch["agents"] == ["coord", "worker1", "worker2"]
     assert launch["ssh_pairs"] == [] and launch["ssh_targets"] == {}
-    assert launch["stop"] == "scancel" and launch["checks"] == "slurm"
+    assert launch["stop"] == "scancel" and launch["steps"] == {"preflight": "slurm/preflight", "recover": "slurm/recover", "release": "slurm/release"}
     assert launch["argv"]["coord"] == [PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
                                        "/srv/multinode-deepspeed/runs/r1", "--host", "coord"]
     assert launch["agent_argv"]["coord"][-9:] == ["--", PY, "-m", "multinode_ds.slurm", "job", "--run-dir",
@@ -63,7 +64,7 @@ def test_only_the_coordinator_runs_an_agent_and_no_ssh_is_needed():
 
 def test_the_batch_script_asks_for_the_plans_nodes_tasks_time_and_exclusive_nodes():
     job = slurm_job({"timeout": "5400", "slurm_partition": "batch"})
-    script = job["launch"]["files"][slurm.BATCH_SCRIPT]
+    script = job["launch"]["files"][batch.BATCH_SCRIPT]
     opts = sbatch_options(script)
     assert opts == ["--job-name=mnds-r1", "--nodes=2", "--nodelist=worker1,worker2", "--ntasks=2",
                     "--partition=batch", "--ntasks-per-node=1", "--time=1:30:00", "--exclusive", "--no-requeue",
@@ -74,7 +75,7 @@ def test_the_batch_script_asks_for_the_plans_nodes_tasks_time_and_exclusive_node
 
 def test_srun_kills_every_rank_on_a_bad_exit_and_starts_the_plans_program():
     job = slurm_job()
-    argv = srun_argv(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    argv = srun_argv(job["launch"]["files"][batch.BATCH_SCRIPT])
     assert argv[:5] == ["--kill-on-bad-exit=1", "--distribution=arbitrary", "--ntasks=2", "--cpu-bind=none",
                         "--output=/srv/multinode-deepspeed/runs/r1/logs/slurm_rank%t.log"]
     rank = argv[5:]
@@ -85,14 +86,14 @@ def test_srun_kills_every_rank_on_a_bad_exit_and_starts_the_plans_program():
 
 def test_the_tasks_file_follows_the_plans_rank_order():
     job = slurm_job(slots=(2, 3))
-    assert job["launch"]["files"][slurm.TASKS_FILE] == "worker1\nworker1\nworker2\nworker2\nworker2\n"
-    opts = sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    assert job["launch"]["files"][batch.TASKS_FILE] == "worker1\nworker1\nworker2\nworker2\nworker2\n"
+    opts = sbatch_options(job["launch"]["files"][batch.BATCH_SCRIPT])
     assert "--ntasks=5" in opts and not any(o.startswith("--ntasks-per-node") for o in opts)
 
 
 def test_gpus_per_node_for_cuda_ranks():
     job = slurm_job(slots=(4, 4), gpus=4)
-    assert "--gres=gpu:4" in sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    assert "--gres=gpu:4" in sbatch_options(job["launch"]["files"][batch.BATCH_SCRIPT])
     with pytest.raises(JobError) as err:
         slurm_job(slots=(2, 4), gpus=1)
     assert "the ranks per node differ (worker1=2, worker2=4)" in str(err.value) and "Fix:" in str(err.value)
@@ -103,14 +104,14 @@ def test_slurms_own_node_names_when_they_differ_from_the_inventory():
     ws["worker2"]["scheduler_name"] = "gpu-node-07"
     job = plan({"backend": "slurm", "run_id": "r1"}, ws, ["coord"], NOW, backends)
     assert job["scheduler_names"] == {"worker1": "worker1", "worker2": "gpu-node-07"}
-    assert job["launch"]["files"][slurm.TASKS_FILE] == "worker1\ngpu-node-07\n"
-    assert json.loads(job["launch"]["files"][slurm.NAMES_FILE]) == {"gpu-node-07": "worker2", "worker1": "worker1"}
-    assert "--nodelist=worker1,gpu-node-07" in sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    assert job["launch"]["files"][batch.TASKS_FILE] == "worker1\ngpu-node-07\n"
+    assert json.loads(job["launch"]["files"][batch.NAMES_FILE]) == {"gpu-node-07": "worker2", "worker1": "worker1"}
+    assert "--nodelist=worker1,gpu-node-07" in sbatch_options(job["launch"]["files"][batch.BATCH_SCRIPT])
 
 
 def test_user_script_and_args_never_reach_the_batch_script():
     job = slurm_job({"entrypoint": "/srv/multinode-deepspeed/my train.py", "args": "--name 'a b;rm -rf /'"})
-    script = job["launch"]["files"][slurm.BATCH_SCRIPT]
+    script = job["launch"]["files"][batch.BATCH_SCRIPT]
     assert "rm -rf" not in script and "my train.py" not in script
     assert job["program"] == ["/srv/multinode-deepspeed/my train.py", "--name", "a b;rm -rf /"]
 
@@ -138,7 +139,7 @@ def test_bad_slurm_settings_fail_the_plan_naming_the_variable(settings, needle):
 
 def test_other_backends_write_no_extra_files_and_start():
     job = plan({"run_id": "r1"}, workers(), ["coord"], NOW, backends)
-    assert job["launch"]["files"] == {} and job["launch"]["start"] is True and job["launch"]["checks"] is None
+    assert job["launch"]["files"] == {} and job["launch"]["start"] is True and job["launch"]["steps"] == {}
 
 
 def test_another_partition_is_another_preflight():
@@ -149,7 +150,7 @@ def test_another_partition_is_another_preflight():
 
 def test_more_sbatch_options_go_into_the_script():
     job = slurm_job({"slurm_sbatch_args": "--qos=high --comment='nightly run'"})
-    opts = sbatch_options(job["launch"]["files"][slurm.BATCH_SCRIPT])
+    opts = sbatch_options(job["launch"]["files"][batch.BATCH_SCRIPT])
     assert opts[-2:] == ["--qos=high", "'--comment=nightly run'"]
 
 
@@ -162,13 +163,12 @@ def test_a_slurm_node_name_that_is_not_one_fails_the_plan():
 
 
 def test_a_lost_node_is_drained_with_a_one_line_reason_and_only_its_drain_is_given_back():
-    from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm as provision_slurm
     job = {"scheduler_names": {"worker1": "worker1", "worker2": "node-b"},
            "unquarantine_names": {"worker2": "node-b", "worker3": "worker3"}}
-    argv = provision_slurm.drain_argvs(job, ["worker2"], "lost in run r1 (attempt 1)\n$(reboot)")
+    argv = drain.drain_argvs(job, ["worker2"], "lost in run r1 (attempt 1)\n$(reboot)")
     assert argv == [["scontrol", "update", "NodeName=node-b", "State=DRAIN",
                      "Reason=multinode-deepspeed: lost in run r1 (attempt 1) (reboot)"]]
-    assert provision_slurm.drain_argvs(job, [], "x") == []
+    assert drain.drain_argvs(job, [], "x") == []
     lines = ["node-b|multinode-deepspeed: lost in run r1 (attempt 1)", "worker3|disk replaced by ops",
              "worker1|multinode-deepspeed: lost in run r0"]
-    assert provision_slurm.resume_argvs(job, lines) == [["scontrol", "update", "NodeName=node-b", "State=RESUME"]]
+    assert drain.resume_argvs(job, lines) == [["scontrol", "update", "NodeName=node-b", "State=RESUME"]]

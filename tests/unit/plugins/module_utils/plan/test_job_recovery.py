@@ -67,7 +67,7 @@ def test_a_slurm_attempt_excludes_the_nodes_lost_earlier_in_the_run():
                 "avoid": ["worker2"]}, named, ["coord"], NOW, backends)
     script = job["launch"]["files"]["slurm/job.sbatch"]
     assert "#SBATCH --exclude=node-b\n" in script and "#SBATCH --nodelist=worker1\n" in script
-    assert job["launch"]["reuse_lost"] is False and job["launch"]["recover"] == "slurm"
+    assert job["launch"]["reuse_lost"] is False and job["launch"]["steps"]["recover"] == "slurm/recover"
     first = plan({"run_id": "r1", "restarts": 2, "backend": "slurm"}, WORKERS, ["coord"], NOW, backends)
     assert "--exclude" not in first["launch"]["files"]["slurm/job.sbatch"]
     # pdsh waits for a lost node and uses it again.

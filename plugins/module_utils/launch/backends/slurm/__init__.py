@@ -4,13 +4,24 @@
 """slurm: the run is a batch job.  The coordinator's agent submits it (sbatch) and follows it; srun starts
 every rank (``--kill-on-bad-exit=1``); a run stops with scancel.  No SSH between nodes.
 
+The package is the slurm backend, all of it on the controller's side:
+
+* ``__init__`` (this module): the backend (``SlurmBackend``), its options (``Options``: partition, account,
+  sbatch's options) and its start (``Start``: the files it writes, the agent's argv);
+* ``batch``: the batch script and the tasks file (``batch_script``, ``tasks_file``) from the job plan;
+* ``drain``: a run's drains and their release (``drain_argvs``, ``resume_argvs``).
+
+Slurm's names and configuration (slurm.conf) are in module_utils/provision/slurm_conf.py, the verdicts on a
+cluster's Slurm (sinfo, munge, versions) in module_utils/preflight/slurm.py, the node side in multinode_ds/slurm.py
+and multinode_ds/slurm_rank.py.
+
 Where ranks start: ``srun --distribution=arbitrary`` with the plan's rank order (``slurm/tasks``), each rank
 through ``multinode_ds.slurm_rank`` (the variables DeepSpeed's launcher gives a rank, from srun's).
 What watches them: the coordinator's agent, running ``multinode_ds.slurm job`` (scontrol, sinfo, sacct).
 How a run stops: the agent's SIGTERM makes ``multinode_ds.slurm job`` run scancel.
-Preflight: roles/backend/tasks/slurm.yml (munge, the partition, Slurm's versions).
-Recovery (``-e restarts=N``): a node lost in the run is set to DRAIN with the reason (the same tasks file, step
-recover), never waited for; the next attempt is a new job with it in ``--exclude``.
+Preflight: roles/backend/tasks/slurm/preflight.yml (munge, the partition, Slurm's versions).
+Recovery (``-e restarts=N``): a node lost in the run is set to DRAIN with the reason
+(roles/backend/tasks/slurm/recover.yml), never waited for; the next attempt is a new job with it in ``--exclude``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -22,7 +33,8 @@ import shlex
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import slurm
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.slurm import batch
+from ansible_collections.multinode.deepspeed.plugins.module_utils.provision.slurm_conf import NAME_RE
 
 # sbatch options the batch script sets from the plan, or that would break how the run is followed.
 RESERVED = dict([(o, "the plan's layout: -e hosts/exclude and deepspeed_slots") for o in (
@@ -46,7 +58,7 @@ class Options(backends.Options):
                     for k, v in self.defaults.items())
         for key in ("partition", "account"):
             value = opts[key]
-            if value not in (None, "") and not slurm.NAME_RE.fullmatch(str(value)):
+            if value not in (None, "") and not NAME_RE.fullmatch(str(value)):
                 problems.append("slurm_%s=%r is not a Slurm name (letters, digits, '_', '.', '-'). Fix: -e slurm_%s="
                                 "<name>" % (key, value, key))
         extra = opts["sbatch_args"]
@@ -77,7 +89,7 @@ class Options(backends.Options):
         for key in ("avoid_names", "unquarantine_names"):
             names.update(job.get(key) or {})
         for host, name in sorted(names.items()):
-            if not slurm.NAME_RE.fullmatch(str(name)):
+            if not NAME_RE.fullmatch(str(name)):
                 problems.append("%s: slurm_node_name=%r is not a Slurm node name (letters, digits, '_', '.', '-'). "
                                 "Fix: set it to the name sinfo shows for %s" % (host, name, host))
         slots = sorted(set(job["slots"].values()))
@@ -108,20 +120,20 @@ class Start(backends.Start):
         opts = job["backend_options"]
         names = job.get("scheduler_names") or {}
         return {
-            slurm.BATCH_SCRIPT: slurm.batch_script(job, {"partition": opts["partition"], "account": opts["account"],
+            batch.BATCH_SCRIPT: batch.batch_script(job, {"partition": opts["partition"], "account": opts["account"],
                                                          "exclusive": opts["exclusive"],
                                                          "extra": opts["sbatch_args"]},
                                                    self.rank_argv(job), names),
-            slurm.TASKS_FILE: slurm.tasks_file(job, names),
+            batch.TASKS_FILE: batch.tasks_file(job, names),
             # Slurm's node names -> the inventory's, for what the run reports.
-            slurm.NAMES_FILE: json.dumps(dict((v, k) for k, v in sorted(names.items())), sort_keys=True) + "\n",
+            batch.NAMES_FILE: json.dumps(dict((v, k) for k, v in sorted(names.items())), sort_keys=True) + "\n",
         }
 
     def now(self, job):
         return job["backend_options"]["submit"]
 
     def handoff(self, job):
-        script = "%s/%s" % (job["run_dir"], slurm.BATCH_SCRIPT)
+        script = "%s/%s" % (job["run_dir"], batch.BATCH_SCRIPT)
         return ("The batch script is written: %s (slurm_submit=false). Submit it with: sbatch %s ; the run writes "
                 "its logs and metrics under %s." % (script, script, job["run_dir"]))
 
@@ -133,7 +145,7 @@ class SlurmBackend(backends.Backend):
     ranks = backends.Ranks(launcher_per_node=False, reuse_lost=False)
     options = Options()
     start = Start()
-    tasks = backends.Tasks(preflight="slurm", recover="slurm")
+    tasks = backends.Tasks(folder="slurm", steps=("preflight", "recover", "release"))
     # On an abort the workers' agents leave the ranks to scancel (the job ends CANCELLED in the accounting, not
     # FAILED by a rank they killed), then sweep what Slurm left: more than KillWait (the role's 10 s).
     stop = backends.Stop(mode="scancel", sweep_after=15)

@@ -1,8 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: multinode.deepspeed developers
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""kubernetes: the run is one headless Service and one Pod per rank node (module_utils/launch/k8s.py), applied from
-the controller with kubernetes.core.k8s; the Service owns the pods and the run's Secret.
+"""kubernetes: the run is one headless Service and one Pod per rank node (``objects``), applied from the controller
+with kubernetes.core.k8s; the Service owns the pods and the run's Secret.
+
+The backend is this package: its classes here, and its modules
+
+* ``objects``: what the run's Kubernetes objects are (names, labels, the pods' spec, the options' checks);
+* ``pods``: the pods read back from the API (their state, why they will not run, the runs left over);
+* ``api``: the watch's client of the API (``Api``).
+
+Preflight's verdicts on the cluster are ``module_utils/preflight/kubernetes.py`` (the filter ``k8s_preflight``);
+the nodes' side of a pod is ``multinode_ds/k8s.py``.
 
 Where ranks start: one pod per rank host of the plan; the pod's ordinal is DeepSpeed's node rank, its agent
 starts DeepSpeed's per-node launcher (``deepspeed.launcher.launch --node_rank <ordinal>``) with pod 0's stable DNS
@@ -12,10 +21,10 @@ the API (``follower``: a pod that cannot be scheduled, cannot start, restarts or
 stops the run at once, naming it).
 How a run stops: the agents' ABORT and lease, as everywhere (a pod ends with its agent: ``restartPolicy: Never``,
 so a controller that dies leaves no pod holding GPUs); then the Service, the pods and the Secret are deleted
-(role ``backend``'s ``kubernetes.yml`` at the end of the play, the watch itself on Ctrl-C), unless
+(role ``backend``'s step ``kubernetes/finish`` at the end of each attempt, the watch itself on Ctrl-C), unless
 ``k8s_keep``.
 Preflight and the start check the cluster first (the API answers, the namespace, allocatable GPUs and the RDMA
-resource, the claim): role ``backend``, ``kubernetes.yml``.
+resource, the claim): role ``backend``, steps ``kubernetes/preflight`` and ``kubernetes/check``.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -28,7 +37,10 @@ import time
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common.flags import flag
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends, k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import objects as k8s
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes import pods as k8s_pods
+from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.backends.kubernetes.api import Api
 
 OBJECTS_FILE = "k8s/objects.json"
 AGENTS_FILE = "k8s/agents.json"
@@ -111,10 +123,11 @@ class Start(backends.Start):
 
 
 class Tasks(backends.Tasks):
-    """Role ``backend``'s kubernetes.yml checks the cluster, applies the objects and deletes them."""
+    """Role ``backend``'s kubernetes/ steps check the cluster (preflight, check), apply the objects (start), and
+    collect the pods and delete the objects (finish)."""
 
-    preflight = "kubernetes"
-    run = "kubernetes"
+    folder = "kubernetes"
+    steps = ("preflight", "check", "start", "finish")
 
     def extra(self, job):
         opts = job["backend_options"]
@@ -166,7 +179,7 @@ class Follower(object):
 
     def _api(self):
         if self.api is None:
-            self.api = k8s.Api(self.spec.get("kubeconfig"), self.spec.get("context"))
+            self.api = Api(self.spec.get("kubeconfig"), self.spec.get("context"))
         return self.api
 
     def poll(self, now=None):
@@ -187,13 +200,14 @@ class Follower(object):
                          False)]
             return []
         self.failures = 0
-        self.pods = sorted((k8s.pod_state(p) for p in pods), key=lambda p: (p["ordinal"] is None, p["ordinal"]))
+        self.pods = sorted((k8s_pods.pod_state(p) for p in pods), key=lambda p: (p["ordinal"] is None, p["ordinal"]))
         if owner is None:
             return [(None, "the Service %s/%s is gone (deleted outside the run)" % (spec["namespace"], spec["name"]),
                      False)]
-        self.created = k8s._time((owner.get("metadata") or {}).get("creationTimestamp"))  # pylint: disable=protected-access
+        self.created = k8s_pods.api_time((owner.get("metadata") or {}).get("creationTimestamp"))
         return [(host, "%s (%s)" % (host, msg) if host else msg, lost)
-                for host, _pod, msg, lost in k8s.pod_problems(pods, nodes, spec["hosts"], now, self.created, events)]
+                for host, _pod, msg, lost in k8s_pods.pod_problems(pods, nodes, spec["hosts"], now, self.created,
+                                                                   events)]
 
     def running(self):
         """Every planned pod runs (its agent is up, or about to be)."""
