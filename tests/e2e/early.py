@@ -58,7 +58,10 @@ def run_playbook(playbook, *extra, inventory=None, name=None, timeout=1800, env_
                           stdin=subprocess.DEVNULL, text=True, timeout=timeout,
                           preexec_fn=background.joiner(cgroup) if cgroup else None)  # pylint: disable=W1509
     log.write_text(proc.stdout)
-    print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})")
+    # From a background thread, past pytest's capsys (which takes sys.stdout for the test running meanwhile: a unit
+    # test reading a module's JSON from it once read this line instead).
+    out = sys.stdout if threading.current_thread() is threading.main_thread() else sys.__stdout__
+    print(f"{' '.join(cmd[1:])}: rc={proc.returncode} in {time.time() - t0:.0f}s (log {log})", file=out, flush=True)
     return Result(proc.returncode, proc.stdout, log)
 
 

@@ -1,8 +1,8 @@
 """Runs that heal (issue 47, point 2): a node that is alive but slow.  Mid-run, worker2 gets a third of a core
 (``podman update --cpus``, as a throttled GPU or a noisy neighbour would slow it): its ranks' compute pace falls
 behind worker1's, and the watch names it within 30 steps while the run goes on (on_straggler=warn, the default);
-with -e on_straggler=replace the run is checkpointed, stopped, and finishes on worker1 alone (min_nodes=1), worker2
-quarantined with the reason."""
+with -e on_straggler=replace (worker2 limited from the start) the run is checkpointed, stopped, and finishes on
+worker1 alone (min_nodes=1), worker2 quarantined with the reason."""
 import json
 import os
 import re
@@ -84,7 +84,9 @@ def slowed(provisioned):
 def test_a_worker_slowed_mid_run_is_named_within_30_steps_and_the_run_goes_on(slowed, run_playbook):
     run_id = f"e2e-straggler-{int(time.time())}"
     at = slowed(run_id)
-    res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=100", *TRAIN, name="straggler-warn")
+    # 150 steps: rank 0's step is read over podman exec, which a loaded machine slows to seconds (the limit landed
+    # 20 steps after THROTTLE_AT once); naming takes about 15 more.
+    res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=150", *TRAIN, name="straggler-warn")
     assert res.rc == 0, res.tail()
     assert at.get("t"), "the run never reached step %d" % THROTTLE_AT
     found = NAMED.search(res.out)
@@ -108,12 +110,18 @@ def test_a_worker_slowed_mid_run_is_named_within_30_steps_and_the_run_goes_on(sl
         shutil.copytree(run / "metrics", FIXTURE)
 
 
-def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node(slowed, run_playbook, tmp_path):
+def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node(provisioned, run_playbook, tmp_path):
+    """worker2 is limited from the start here (the warn test limits it mid-run): on a quiet machine 150 steps take
+    20 s, and a look at rank 0's step over podman exec once came too late to limit it before the run ended."""
     run_id = f"e2e-straggler-replace-{int(time.time())}"
     quarantine = tmp_path / "q.json"
-    slowed(run_id, attempt=1)
-    res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=150", *TRAIN, "-e", "on_straggler=replace", "-e", "restarts=1", "-e", "min_nodes=1",
-                       "-e", f"quarantine_file={quarantine}", name="straggler-replace")
+    limit_worker2()
+    try:
+        res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=150", *TRAIN, "-e", "on_straggler=replace",
+                           "-e", "restarts=1", "-e", "min_nodes=1", "-e", f"quarantine_file={quarantine}",
+                           name="straggler-replace")
+    finally:
+        unlimit_worker2()
     assert res.rc == 0, res.tail()
     assert "checkpointing, then moving the run off it (on_straggler=replace)" in res.out, res.tail()
     summary = load_summary(run_id)
@@ -121,7 +129,8 @@ def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node
     assert first["kind"] == "straggler" and first["retried"] is True, first
     assert first["why"].startswith("worker2 is a straggler") and "the run was checkpointed at step" in first["why"], first
     saved = int(re.search(r"checkpointed at step (\d+)", first["why"]).group(1))
-    assert saved > THROTTLE_AT
+    # Named once its score stayed below the threshold for straggler_steps (10) steps, then checkpointed.
+    assert saved >= 10, first["why"]
     assert second["nodes"] == ["worker1"] and second["status"] == "success", second
     # The second attempt resumed from the checkpoint the watch asked for, not from the start.
     assert second["start_step"] == saved, second

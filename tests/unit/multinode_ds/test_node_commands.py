@@ -79,6 +79,18 @@ def test_health_names_what_it_could_not_measure(tmp_path):
     assert figures["errors"]["shared_write_mbps"].startswith("FileNotFoundError")
 
 
+def test_the_compute_figure_is_the_best_window_so_a_moment_of_load_does_not_count():
+    from multinode_ds import health
+    import time as clock
+
+    # One window of four stalls (a neighbour's moment of load): the figure is the others' pace.
+    calls = iter([0.06, 0.01, 0.01, 0.01])
+    assert 0.01 <= health.best_window(lambda: clock.sleep(next(calls)), 0.0, windows=4) < 0.03
+    # A quota slows every window: the figure is slow.
+    calls = iter([0.04, 0.05, 0.04, 0.045])
+    assert health.best_window(lambda: clock.sleep(next(calls)), 0.0, windows=4) >= 0.04
+
+
 def test_sustained_is_the_mean_time_of_the_repetitions_stalls_included():
     from multinode_ds import health
 
