@@ -40,7 +40,7 @@ def best_window(work, seconds, windows=WINDOWS):
     repetition each): what the node keeps up at its best.  A CPU quota or a throttled clock slows every window
     alike (a quota of a third of a core allows a third of every period); a moment of a neighbour's load on a
     healthy node slows one window, not the best."""
-    return min(sustained(work, seconds / windows, least=1) for _ in range(windows))
+    return min(sustained(work, seconds / windows, least=1) for window in range(windows))
 
 
 def compute_gflops(seconds):

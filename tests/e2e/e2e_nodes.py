@@ -106,13 +106,41 @@ def on_coord(command):
     return podman("exec", node_name("coord"), "sh", "-c", command)
 
 
+_shared = {}
+
+
+def shared_on_host():
+    """Where this machine sees the cluster's shared directory (the podman volume ``<PREFIX>-shared``, mounted at
+    /shared on every node), or None: reading a file there takes no podman exec."""
+    if "path" not in _shared:
+        res = podman("volume", "inspect", f"{PREFIX}-shared", "--format", "{{.Mountpoint}}")
+        path = Path(res.stdout.strip()) if res.returncode == 0 and res.stdout.strip() else None
+        _shared["path"] = path if path is not None and path.is_dir() else None
+    return _shared["path"]
+
+
+def last_line(path, chunk=65536):
+    """The last line of the file at ``path`` ("" when there is none)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - chunk))
+            lines = fh.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
 def rank_step(run_id, rank=0, attempt=None):
     """The last step ``rank`` of run ``run_id`` (of its ``attempt``, for a run with restarts) recorded in its
-    metrics (0 before the first; the run's steps once it wrote its done record)."""
-    where = f"/shared/runs/{run_id}" + (f"/attempts/{attempt}" if attempt else "")
-    res = on_coord(f"tail -n1 {where}/metrics/rank{rank}.jsonl 2>/dev/null")
+    metrics (0 before the first; the run's steps once it wrote its done record).  Read from the shared volume on
+    this machine where it can be (a podman exec into the coordinator took seconds on a loaded machine, and a short
+    run was over before a test's look saw the step it waited for)."""
+    where = f"runs/{run_id}" + (f"/attempts/{attempt}" if attempt else "") + f"/metrics/rank{rank}.jsonl"
+    host = shared_on_host()
+    text = last_line(host / where) if host is not None else on_coord(f"tail -n1 /shared/{where} 2>/dev/null").stdout
     try:
-        record = json.loads(res.stdout)
+        record = json.loads(text)
     except ValueError:
         return 0
     # A short run can end between two looks: its last record is then the done one, with the steps it ran.
@@ -127,7 +155,7 @@ def when_step(run_id, step, action, seconds=300, attempt=None):
         if rank_step(run_id, attempt=attempt) >= step:
             action()
             return time.time()
-        time.sleep(0.5)
+        time.sleep(0.2)
     return None
 
 
