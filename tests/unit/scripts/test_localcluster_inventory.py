@@ -26,3 +26,10 @@ def test_the_inventory_has_a_spares_group_with_a_workers_slots_only_when_there_a
     del hosts["worker2"]
     localcluster.write_inventory(hosts, tmp_path / "id_ed25519")
     assert "spares" not in yaml.safe_load((tmp_path / "hosts.yml").read_text())["all"]["children"]
+
+
+def test_preflight_health_only_warns_on_nodes_that_share_this_machines_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(localcluster, "INVENTORY_DIR", tmp_path)
+    hosts = {"coord": {"group": "coordinator", "addr": "10.1.0.2"}, "worker1": {"group": "workers", "addr": "10.1.0.3"}}
+    localcluster.write_inventory(hosts, tmp_path / "id_ed25519")
+    assert yaml.safe_load((tmp_path / "hosts.yml").read_text())["all"]["vars"]["preflight_health_action"] == "warn"
