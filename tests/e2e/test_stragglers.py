@@ -31,20 +31,33 @@ NAMED = re.compile(r"\] worker2 is a straggler: its ranks compute at \d+% of the
                    r"0\.\d+\) since step (\d+) \(named at step (\d+)\); ")
 
 
-def limit_worker2():
+def limit_worker2(group=None):
     """A third of a core, in slices of 1 ms every 3 ms (CFS's default 100 ms period would stop a rank for 67 ms
     now and then and leave most of its 2 ms forward passes untouched; a slow GPU is slow all the time), and an
     eighth of the other containers' CPU weight: under the suite's load, when every busy container gets a third of a
     core or less, the cap alone would not slow worker2 against worker1 (a noisy neighbour takes its share)."""
+    group = group or cgroup_of_worker2()
+    if (group / "cpu.cfs_quota_us").exists():
+        # Written at once (a podman update took seconds under load, and a short run was over before it acted).
+        (group / "cpu.cfs_period_us").write_text("3000")
+        (group / "cpu.cfs_quota_us").write_text("1000")
+        (group / "cpu.shares").write_text(str(SHARES // 8))
+        assert (group / "cpu.cfs_quota_us").read_text().strip() == "1000"
+        return
     res = podman("update", "--cpu-period", "3000", "--cpu-quota", "1000", "--cpu-shares", str(SHARES // 8),
                  node_name("worker2"))
     assert res.returncode == 0, res.stderr
 
 
+def cgroup_of_worker2():
+    """worker2's cpu cgroup on this machine (cgroup v1 with podman's cgroupfs manager)."""
+    cid = podman("inspect", node_name("worker2"), "--format", "{{.Id}}").stdout.strip()
+    return Path("/sys/fs/cgroup/cpu/libpod_parent/libpod-%s" % cid)
+
+
 def unlimit_worker2():
     """No CPU quota on worker2 again (podman update cannot lift one: --cpus 0 keeps the last quota)."""
-    cid = podman("inspect", node_name("worker2"), "--format", "{{.Id}}").stdout.strip()
-    group = Path("/sys/fs/cgroup/cpu/libpod_parent/libpod-%s" % cid)
+    group = cgroup_of_worker2()
     if (group / "cpu.cfs_quota_us").exists():
         (group / "cpu.cfs_quota_us").write_text("-1")
         (group / "cpu.cfs_period_us").write_text("100000")
@@ -60,13 +73,14 @@ def slowed(provisioned):
     """worker2 at a third of a core once rank 0 of the run reached THROTTLE_AT (``at["before"]`` and ``at["step"]``:
     rank 0's step right before and right after); its whole share again after the test."""
     threads = []
+    group = cgroup_of_worker2()  # looked up now: the limit itself then only writes two files
 
     def at_step(run_id, attempt=None):
         at = {}
 
         def limit():
             at["before"] = rank_step(run_id, attempt=attempt)
-            limit_worker2()
+            limit_worker2(group)
             at["step"] = rank_step(run_id, attempt=attempt)
 
         thread = threading.Thread(target=lambda: at.setdefault("t", when_step(run_id, THROTTLE_AT, limit,
