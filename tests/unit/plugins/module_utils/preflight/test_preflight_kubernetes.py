@@ -3,37 +3,13 @@ real kube-apiserver (v1.20.2, scripts/k8s-local) returned, nodes with GPUs, the 
 missing, each with its fix; and the image's verdict from what the registry says (issue 24: the tag, the stack
 label)."""
 import copy
-import datetime
-import json
-from pathlib import Path
 
 import pytest
 
-from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
-from ansible_collections.multinode.deepspeed.plugins.module_utils.plan.job import plan
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import kubernetes as k8s
 from ansible_collections.multinode.deepspeed.plugins.module_utils.provision import registry
 
-FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "k8s"
-NOW = datetime.datetime(2026, 11, 24, 2, 0, 0)
-
-
-def load(name):
-    return json.loads((FIXTURES / name).read_text())
-
-
-def ready_nodes():
-    """fake-c and fake-d: 2 GPUs each, Ready; fake-a and fake-b: no longer reporting (Unknown, tainted)."""
-    return load("nodes.json")
-
-
-def gpu_job(slots=(2, 2), **settings):
-    workers = dict(("worker%d" % (i + 1), {"slots": s, "gpus": s, "address": "10.89.0.1%d" % (i + 1),
-                                           "memtotal_mb": 65536, "interface": "eth0", "env": {}})
-                   for i, s in enumerate(slots))
-    base = {"run_id": "t2", "backend": "kubernetes", "k8s_image": "mnds-node:1", "k8s_kubeconfig": "/k/config"}
-    base.update(settings)
-    return plan(base, workers, ["coord"], NOW, backends)
+from tests.unit.plugins.module_utils.k8s_cluster import gpu_job, ready_nodes
 
 
 def test_capacity_counts_only_ready_untainted_uncordoned_nodes():
