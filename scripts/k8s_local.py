@@ -2,7 +2,8 @@
 
     scripts/k8s-local build     fetch Debian's kubernetes source, Go 1.19 and etcd (apt, no internet beyond the
                                 Debian mirror), build kube-apiserver, kube-controller-manager, kube-scheduler and
-                                kubelet once; the binaries are cached under .cache/k8s/bin
+                                kubelet once; the binaries are cached under ~/.cache/multinode-deepspeed/dev/k8s/bin
+                                (MNDS_K8S_BUILD_CACHE), kept across clones of the repository
     scripts/k8s-local up        certificates (openssl), etcd, apiserver, controller-manager, scheduler on loopback;
                                 writes .cache/k8s/admin.kubeconfig; waits for /readyz
     scripts/k8s-local down      stops them and removes their state (the binaries stay)
@@ -11,7 +12,7 @@
                                 nodes with no kubelet, whose capacity the caller gives, kept ready while it runs
     scripts/k8s-local kubelet up|down|status|import TAR...
                                 a real node: containerd, runc, the CNI plugins and busybox from Debian's packages
-                                (apt-get download + dpkg-deb -x into .cache/k8s/tools, nothing installed), the
+                                (apt-get download + dpkg-deb -x into the build cache's tools/, nothing installed), the
                                 kubelet built above, a CNI bridge on an unused 10.x/24, and a small cluster DNS
                                 (pods' <hostname>.<subdomain>.<ns>.svc.cluster.local from the API) on its gateway;
                                 ``import`` loads docker-archive tarballs into the node's containerd;
@@ -46,8 +47,12 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The state of what runs (certificates, etcd, the node's files, logs) is the clone's; what is built or downloaded
+# once (the binaries, the Go cache, the node's tools) is this machine's, so a fresh clone finds it built.
 CACHE = Path(os.environ.get("MNDS_K8S_CACHE", ROOT / ".cache" / "k8s"))
-BIN = CACHE / "bin"
+BUILT = Path(os.environ.get("MNDS_K8S_BUILD_CACHE",
+                            Path.home() / ".cache" / "multinode-deepspeed" / "dev" / "k8s"))
+BIN = BUILT / "bin"
 RUN = CACHE / "run"
 PKI = CACHE / "pki"
 KUBECONFIG = CACHE / "admin.kubeconfig"
@@ -150,7 +155,7 @@ def build(args) -> int:
     if all((BIN / c).exists() for c in COMPONENTS + ("etcd",)) and not args.force:
         say(f"binaries are cached in {BIN} (--force rebuilds)")
         return 0
-    work = CACHE / "build"
+    work = BUILT / "build"
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     tree = fetch(work)
@@ -401,7 +406,7 @@ def unnode(args) -> int:
 # --------------------------------------------------------------------------- a real node: containerd + kubelet
 
 NODE = CACHE / "node"                      # the node's state (containerd, kubelet, CNI, logs); removed by down
-TOOLS_DIR = CACHE / "tools"                # containerd, runc, CNI plugins, busybox: extracted .debs (kept)
+TOOLS_DIR = BUILT / "tools"                # containerd, runc, CNI plugins, busybox: extracted .debs (kept)
 NODE_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "busybox-static")
 KUBELET_PORT = int(os.environ.get("MNDS_K8S_KUBELET_PORT", 20250))
 KUBELET_HEALTHZ_PORT = int(os.environ.get("MNDS_K8S_KUBELET_HEALTHZ_PORT", 20248))
@@ -424,11 +429,11 @@ def tool(rel: str) -> Path:
 
 def fetch_node_tools() -> None:
     """containerd, runc, the CNI plugins and busybox-static from the machine's Debian mirrors, extracted into
-    TOOLS_DIR (once: ``.cache/k8s/tools/.done`` lists the packages)."""
+    TOOLS_DIR (once: its ``.done`` lists the packages)."""
     done = TOOLS_DIR / ".done"
     if done.exists() and done.read_text().split() == list(NODE_PACKAGES):
         return
-    work = CACHE / "node-debs"
+    work = BUILT / "node-debs"
     apt_dir = private_apt(work)
     say("apt-get download %s" % " ".join(NODE_PACKAGES))
     for pkg in NODE_PACKAGES:

@@ -34,6 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / ".cache"
+# What is built once for this machine (the node image's tarball, the nodes' compiler cache) is kept outside the
+# clone, so that a fresh clone finds it: ~/.cache/multinode-deepspeed/dev, or MNDS_DEV_CACHE.
+DEV_CACHE = Path(os.environ.get("MNDS_DEV_CACHE", Path.home() / ".cache" / "multinode-deepspeed" / "dev"))
 # MNDS_CLUSTER_PREFIX names a second cluster beside the first (the suite's second lane of end-to-end tests):
 # its containers, network and volume carry the prefix, and its keys, inventory and mounts have folders of their
 # own (.cluster-<prefix>, inventories/local-<prefix>, .cache/mounts-<prefix>).  The node image is the same.
@@ -65,7 +68,7 @@ IMAGE_PACKAGES = [
 ]
 # The nodes' C++ compiles (DeepSpeed's ops, built by role stack and by ds_ops on every fresh node) go through ccache
 # (``c++``, ``g++``, ``cc`` and ``gcc`` in /usr/local/bin, ahead of /usr/bin, are its links), with one cache directory
-# of this machine shared by every node of every local cluster (CACHE/ccache at CCACHE_MOUNT): a fresh node still
+# of this machine shared by every node of every local cluster (DEV_CACHE/ccache at CCACHE_MOUNT): a fresh node still
 # runs each build, its compiler served from the cache when another node compiled the same file before.  A node
 # without the mount (a molecule scenario's) keeps a cache of its own.  A test that needs a real compile sets
 # CCACHE_DISABLE=1.
@@ -157,7 +160,7 @@ def ensure_image() -> str:
     if podman("image", "exists", name, check=False).returncode == 0:
         log(f"image {name} cached")
         return name
-    tarball = CACHE / "image" / (name.rsplit("/", maxsplit=1)[-1].replace(":", "_") + ".tar")
+    tarball = DEV_CACHE / "image" / (name.rsplit("/", maxsplit=1)[-1].replace(":", "_") + ".tar")
     if not tarball.exists():
         if not shutil.which("debootstrap"):
             raise SystemExit("[localcluster] debootstrap is missing: run scripts/setup first")
@@ -209,7 +212,7 @@ def install_ccache(rootfs: Path) -> None:
 
 def ccache_dir() -> Path:
     """This machine's directory of the nodes' compiler cache (made once, writable by every node's accounts)."""
-    path = CACHE / "ccache"
+    path = DEV_CACHE / "ccache"
     if not path.is_dir():
         path.mkdir(parents=True, exist_ok=True)
         path.chmod(0o1777)
@@ -218,7 +221,7 @@ def ccache_dir() -> Path:
 
 def prune_old_images(keep: str, keep_tarball: Path) -> None:
     """Drop node images and tarballs of earlier package lists."""
-    for old in (CACHE / "image").glob(f"{DEFAULT_PREFIX}-node_*.tar"):
+    for old in (DEV_CACHE / "image").glob(f"{DEFAULT_PREFIX}-node_*.tar"):
         if old != keep_tarball:
             old.unlink()
     res = podman("images", "--format", "{{.Repository}}:{{.Tag}}", f"localhost/{DEFAULT_PREFIX}-node", check=False)

@@ -28,7 +28,7 @@ CUDA = ["-e", "deepspeed_accelerator=cuda", "-e", "deepspeed_gpu_count=2", "-e",
 
 @pytest.fixture(scope="module")
 def api(provisioned):
-    """The control plane, built once (cached in .cache/k8s/bin) and started for this module."""
+    """The control plane, built once (cached in ~/.cache/multinode-deepspeed/dev/k8s/bin) and started for this module."""
     t0 = time.time()
     res = k8s_build()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -15,7 +15,7 @@ from e2e_nodes import node_name
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
-WHEELS = ROOT / ".cache" / "e2e-wheels"
+WHEELS = Path.home() / ".cache" / "multinode-deepspeed" / "dev" / "e2e-wheels"  # kept across clones
 VENV = "/opt/multinode-deepspeed/venv"
 OTHER_DEEPSPEED = "0.19.7"
 
