@@ -504,6 +504,8 @@ def run_steps(args, ranks, engine, blocks, metrics, ckpt_dir, start_step, t_star
             print(progress_line(rec, time.time() - t_start, step + 1 - start_step), flush=True)
         if checkpoint_due(step + 1, args.steps, args.save_interval) or (save_now and step + 1 < args.steps):
             save(engine, ckpt_dir, step + 1, ranks, metrics)
+            if save_now and ranks.rank == 0:
+                save_answered(asked["path"], step + 1)
     return loss_val
 
 
@@ -515,6 +517,17 @@ def save_asked(asked, now, every=1.0):
         return False
     asked["looked"] = now
     return os.path.exists(asked["path"])
+
+
+def save_answered(asked_path, step) -> None:
+    """``control/SAVED`` beside the watch's ``control/SAVE``: the step of the checkpoint that answered it, written
+    once every rank has saved it (``save`` ends with a barrier).  The watch reads it, not the ranks' metrics, whose
+    save records a poll may not see among a fast run's last lines."""
+    path = os.path.join(os.path.dirname(asked_path), "SAVED")
+    part = path + ".part"
+    with open(part, "w") as fh:
+        json.dump({"step": int(step), "time": time.time()}, fh)
+    os.replace(part, path)
 
 
 def monitor_loss(engine, loss) -> None:

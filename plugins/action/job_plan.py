@@ -183,6 +183,9 @@ class ActionModule(ActionBase):
         except JobError as exc:
             result.update(failed=True, msg="The job cannot start: %s." % exc)
             return result
+        if job.get("grow") and job["grow"]["spares"]:
+            # A spare a grow-back looks out for is free once no other run holds it in the spares record.
+            job["grow"].update(spares_file=paths["spares_file"], run_id=job["run_id"])
         result.update(changed=False, job=job, user_inputs=inputs, records=paths)
         # The files the workdir's plan left out as secrets, said once per run (a later attempt's plan reads nothing).
         lines += [workdir.secrets_line(inputs.get("workdir"))] if fresh and inputs.get("workdir") else []

@@ -21,15 +21,15 @@ from ansible.utils.display import Display
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import backends
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import MAX_BYTES as BUNDLE_BYTES
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import unpack
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import status
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import grow, status
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.pace import Pace
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.stragglers import (
-    Stragglers, describe, moved_reason, save_wait, saved_since)
+    Stragglers, describe, moved_reason, save_wait, saved_at)
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import lost_nodes
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.watch import (
     FAILED, RUNNING, STATUS_RETRY, STATUS_TIMEOUT, STOPPING, SUCCESS, Interrupted, StatusRetry, abort_for_disk,
-    abort_for_pods, abort_for_queue, abort_for_stall, abort_for_straggler, abort_for_timeout, decide, disk_full, give_up_reason,
-    ignore_signals, interruption_reason, progress_line, queue_state, restore_signals, stalled, start_time,
+    abort_for_pods, abort_for_queue, abort_for_stall, abort_for_straggler, abort_for_timeout, abort_to_grow, decide,
+    disk_full, give_up_reason, ignore_signals, interruption_reason, progress_line, queue_state, restore_signals, stalled, start_time,
     stop_overdue, switch_line, switch_keepalive, trap_stop_signals, quiet_nodes, unreachable, watch_options)
 from ansible_collections.multinode.deepspeed.plugins.plugin_utils import node_python
 
@@ -45,7 +45,8 @@ class ActionModule(ActionBase):
                              "progress_interval", "heartbeat_timeout", "start_timeout", "stop_timeout",
                              "timeout", "stall_timeout", "stall_floor", "stall_ceiling", "startup_timeout",
                              "queue_timeout", "status_retry", "straggler",
-                             "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes"))
+                             "status_timeout", "addresses", "lock", "follow", "collect_dir", "bundle_bytes",
+                             "grow"))
 
     _status_timeout = STATUS_TIMEOUT
     # The bundle of the latest status call (run_status's option bundle), kept out of the results.
@@ -377,6 +378,8 @@ class ActionModule(ActionBase):
             verdict, reason, action = abort_for_stall(stall, probe)
         if loop.stragglers is not None:
             verdict, reason, action = self._stragglers(task_vars, opts, loop, verdict, reason, action)
+        if self._task.args.get("grow") and verdict == RUNNING and not action:
+            verdict, reason, action = self._grow(task_vars, opts, loop, verdict, reason, action)
         loop.verdict, loop.reason = verdict, reason
         return action
 
@@ -395,12 +398,46 @@ class ActionModule(ActionBase):
                 self._poll(task_vars, opts, loop, save=why)
         if loop.replacing is not None and verdict == RUNNING and not action:
             ask = loop.replacing
-            saved = saved_since(loop.status.get("ranks"), ask["step"])
+            step = saved_at(loop.status, ask["step"])
             waited = time.time() - ask["since"]
-            if saved or waited > save_wait(loop.pace.longest_save):
-                step = max(int(r.get("saved_step") or 0) for r in (loop.status.get("ranks") or {}).values()
-                           if isinstance(r, dict)) if saved else None
-                verdict, reason, action = abort_for_straggler(moved_reason(ask["why"], saved, step, waited))
+            if step is not None or waited > save_wait(loop.pace.longest_save):
+                verdict, reason, action = abort_for_straggler(moved_reason(ask["why"], step is not None, step,
+                                                                           waited))
+        return verdict, reason, action
+
+    def _grow(self, task_vars, opts, loop, verdict, reason, action):
+        """A shrunken attempt (module_utils/run/grow.py): every few seconds, do the nodes it lacks answer, or is a
+        spare free? Then ask the ranks for a checkpoint (control/SAVE) and stop the attempt once every rank saved it
+        (or after stragglers.save_wait), for the next one to grow back to the run's width."""
+        spec = self._task.args["grow"]
+        # Not before the attempt's first step: the checkpoint it would ask for needs a step to save.
+        last = grow.last_step(loop.status.get("ranks"))
+        if loop.growing is None and loop.replacing is None and last > 0 \
+                and grow.due(loop.grow_looked, time.time(), spec.get("every") or grow.EVERY) \
+                and grow.worth_it(last, opts["total_steps"], loop.pace.step_time()):
+            loop.grow_looked = time.time()
+            kw = dict(probe=spec.get("addresses") or {})
+            if spec.get("spares_file"):
+                kw.update(spares_file=spec["spares_file"], run_id=spec.get("run_id"))
+            looked = self._poll(task_vars, opts, loop, **kw) or {}
+            held = looked.get("spares_held")
+            names = grow.answered(spec, looked.get("reachable"),
+                                  spec.get("spares") if held is None else held)
+            if names:
+                why = grow.asking(names)
+                display.display("[%s] %s; checkpointing, then growing the run back to %d nodes" % (
+                    loop.host, why, spec["width"]), color="green")
+                loop.growing = {"names": names, "step": last + 1, "since": time.time()}
+                self._poll(task_vars, opts, loop, save=why)
+        if loop.growing:
+            ask = loop.growing
+            step = saved_at(loop.status, ask["step"])
+            waited = time.time() - ask["since"]
+            if step is not None and opts["total_steps"] and step >= opts["total_steps"]:
+                loop.growing = False  # the final checkpoint: the run ends, it does not grow any more
+            elif step is not None or waited > save_wait(loop.pace.longest_save):
+                verdict, reason, action = abort_to_grow(grow.reason(ask["names"], spec["width"], step is not None,
+                                                                    step, waited))
         return verdict, reason, action
 
     def _gone(self, task_vars, opts, loop, now):
@@ -520,3 +557,5 @@ class _Loop(object):
         self.pace = None
         self.stragglers = None
         self.replacing = None  # on_straggler=replace: the checkpoint asked for before the run moves off a straggler
+        self.growing = None  # a grow-back: the checkpoint asked for before the run grows back to its width
+        self.grow_looked = None  # when the watch last looked for the nodes a shrunken attempt lacks

@@ -26,7 +26,11 @@ description:
     0-100, default 0), C(recover_wait) (C(train_recover_wait); seconds a failed node gets to come back, default 120)
     and C(min_nodes) (C(train_min_nodes); the fewest rank nodes the run may go on with). With C(restarts) above 0 each
     attempt has its own directory, C(runs/<run_id>/attempts/<n>) (C(attempt_path)), and its ranks get
-    C(MULTINODE_DS_ATTEMPT); the bundled trainer's later attempts resume from the newest whole checkpoint.
+    C(MULTINODE_DS_ATTEMPT); the bundled trainer's later attempts resume from the newest whole checkpoint. A later
+    attempt on fewer nodes than the run began with gets O(settings) C(grow) from
+    M(multinode.deepspeed.run_recovery)'s place step, and its plan's C(grow) (the nodes and spares its watch looks
+    out for, their addresses, the run's width) makes the watch grow the run back at its next checkpoint
+    (C(docs/recovery.md#grow-back)).
   - The nodes quarantined (a node that failed twice in one run) take no ranks, and each is named in a warning;
     C(-e unquarantine=worker2) lets one out again. The quarantine and spares records are files on the coordinator,
     in the shared directory (C(<shared_dir_path>/runs/.records/quarantine.json) and C(spares.json), or the absolute

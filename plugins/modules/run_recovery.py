@@ -30,7 +30,12 @@ description:
   - O(step=place) chooses the next attempt's nodes - a failed node that came back (O(checks)) keeps its place, else
     the first free spare that passes its check (O(spare_checks)) and no other run holds takes it, held for this run
     in O(spares_file), else the run goes on with fewer nodes down to O(min_nodes) - and fails, naming the
-    fix, when too few are left.
+    fix, when too few are left. After an attempt the watch stopped to grow back (O(kind=grow)), the nodes that
+    answered and pass their check (O(checks) - they answer with the run's stack) join the attempt's nodes, in the
+    order of O(full_nodes), up to its width; a spare among them is held for this run. For a next attempt on fewer
+    nodes than O(full_nodes), it returns what that attempt's watch looks out for (C(grow)) - the nodes it lacks
+    (where the backend takes a lost node back, O(reuse_lost)) and the spares another run holds - when a restart
+    would be left to grow with.
   - O(step=verify) is the preflight of the nodes that take a failed node's place (O(replaced)) for the attempt
     planned as O(job) - their names, clock and disks (O(probes)) and the SSH logins the backend needs to them
     (O(reference)), and with C(-e preflight=force) the all-reduce test across the attempt's nodes (O(bandwidth));
@@ -117,6 +122,16 @@ options:
       C(quarantined)).
     type: dict
     default: {}
+  kind:
+    description: How the attempt that ended ended (O(step=judge) returns it) - O(step=quarantine) waits only a
+      moment for the nodes of a grow-back, and O(step=place) adds them (V(grow)).
+    type: str
+  full_nodes:
+    description: The run's rank nodes at its start, in order - its full width, which a shrunken attempt grows back
+      to (O(step=place)).
+    type: list
+    elements: str
+    default: []
   why:
     description: Why the attempt ended and why it is retried (O(step=judge)'s C(why)) - said in the line of
       O(step=place).
@@ -301,6 +316,22 @@ replaced:
   description: Failed node -> the spare that takes its place.
   returned: step is place
   type: dict
+verify:
+  description: The nodes new to the next attempt, whose preflight runs before it starts - failed node -> the spare
+    that takes its place, and each node a grow-back adds -> itself.
+  returned: step is place
+  type: dict
+grown:
+  description: The nodes a grow-back adds to the attempt's (O(kind=grow)).
+  returned: step is place
+  type: list
+  elements: str
+grow:
+  description: What the next attempt's watch looks out for to grow back - C(nodes) (lost nodes that may take ranks
+    again), C(spares) (spares another run holds now) and C(width) (the run's full width); null when the next
+    attempt is at full width, or no restart would be left.
+  returned: step is place
+  type: dict
 notes:
   description: Why a failed node or a spare was not used (O(step=place)).
   returned: step is place
@@ -345,7 +376,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import files, records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.replacement import (
     bandwidth_check, replacement_verdicts)
-from ansible_collections.multinode.deepspeed.plugins.module_utils.run import recovery
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import grow, recovery
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.report import attempts_markdown, plot_timeline
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 
@@ -422,7 +453,7 @@ def _spares_free(p, quarantined):
     held = recovery.spares_held(_held_spares(p), p["run_id"], time.time())
     free = [s for s in p["spares"] if s not in quarantined and s not in p["nodes"] and s not in held]
     return {"spares_free": free, "spares_held": [s for s in p["spares"] if s in held],
-            "wait": recovery.wait_seconds(p["check_nodes"], free, p["recover_wait"])}
+            "wait": recovery.wait_seconds(p["check_nodes"], free, p["recover_wait"], p["kind"])}
 
 
 def _held_spares(p):
@@ -431,32 +462,52 @@ def _held_spares(p):
 
 def place(module, p):
     quarantine = recovery.load_quarantine(p["quarantine_file"])
-    back, notes = recovery.came_back(p["checks"], p["fingerprints"])
+    fingerprint = recovery.run_fingerprint(p["nodes"], p["failed_nodes"], p["fingerprints"])
+    back, notes = recovery.came_back(p["checks"], p["fingerprints"], fingerprint)
     ready = p["spares"]
     if p["spare_checks"] is not None:
-        fingerprint = recovery.run_fingerprint(p["nodes"], p["failed_nodes"], p["fingerprints"])
         ready, spare_notes = recovery.spares_ready(p["spare_checks"], fingerprint)
         notes += spare_notes
     now = time.time()
+    growing = p["kind"] == recovery.GROW
 
     def take(held):
         """The placement, with the spares it takes held for this run (never two runs on one spare)."""
         others = recovery.spares_held(held, p["run_id"], now)
-        out = recovery.next_nodes(p["nodes"], p["failed_nodes"], back, [s for s in ready if s not in others],
-                                  quarantine, p["min_nodes"])
+        if growing:
+            out = grow_nodes(p, back, others)
+        else:
+            out = recovery.next_nodes(p["nodes"], p["failed_nodes"], back, [s for s in ready if s not in others],
+                                      quarantine, p["min_nodes"])
+            out["grown"] = []
         out["held_elsewhere"] = [s for s in ready if s in others]
         if "error" in out:
             return held, out
-        return recovery.hold_spares(held, out["replaced"].values(), p["run_id"], now, p["timeout"]), out
+        # What the next attempt's watch looks out for, when it runs on fewer nodes than the run began with (a node
+        # whose grow-back check failed just now is not looked for again).
+        out["grow"] = grow.candidates(p["full_nodes"] or p["nodes"], out["nodes"], set(quarantine) | set(
+            p["failed_nodes"] if growing else ()), p["reuse_lost"], p["spares"], others, p["attempt"], p["restarts"])
+        taken = list(out["replaced"].values()) + [n for n in out["grown"] if n in p["spares"]]
+        return recovery.hold_spares(held, taken, p["run_id"], now, p["timeout"]), out
 
     out = take(_held_spares(p))[1] if module.check_mode else recovery.update_spares(p["spares_file"], take)
     holds = _held_spares(p)
     notes += [recovery.held_note(s, holds.get(s) or {}) for s in out.pop("held_elsewhere")]
     out["notes"] = notes
+    # The nodes new to the attempt, for their preflight: each spare (by the node it replaces) and each node grown back.
+    out["verify"] = dict(out.get("replaced") or {}, **dict((n, n) for n in out.get("grown") or []))
     if "error" in out:
         module.fail_json(msg="The run cannot go on: %s%s." % (out["error"], "".join("; " + n for n in notes)), **out)
     line = recovery.progress_line(p["attempt"] + 1, p["restarts"], out["nodes"], {"why": p["why"] or "failed"})
-    module.exit_json(changed=bool(out["replaced"]) and not module.check_mode, line=line, **out)
+    module.exit_json(changed=bool(out["replaced"] or out["grown"]) and not module.check_mode, line=line, **out)
+
+
+def grow_nodes(p, back, others):
+    """A grow-back's placement: the attempt's nodes with those of O(failed_nodes) (the ones the watch saw answer)
+    that passed their check and no other run holds, up to the run's width."""
+    ready = [n for n in back if n not in others]
+    nodes = grow.grown(p["nodes"], ready, p["full_nodes"] or p["nodes"], len(p["full_nodes"] or p["nodes"]))
+    return {"nodes": nodes, "replaced": {}, "dropped": [], "grown": [n for n in nodes if n not in p["nodes"]]}
 
 
 def verify(module, p):
@@ -567,6 +618,7 @@ def main():
             replaced=dict(type="dict", default={}), job=dict(type="dict", default={}),
             probes=dict(type="list", elements="dict", default=[]), reference=dict(type="dict", default={}),
             settings=dict(type="dict", default={}), bandwidth=dict(type="list", elements="dict"),
+            kind=dict(type="str"), full_nodes=dict(type="list", elements="str", default=[]),
         ),
         required_if=[("step", step, ["run_dir", "attempt"]) for step in ON_CONTROLLER] + [
             ("step", "place", ["attempt"])],

@@ -40,7 +40,8 @@ options:
     description:
       - When set, write C(control/SAVE) with this reason (unless one is there). The bundled trainer's ranks then
         save a checkpoint at their next step, once (rank 0 looks for it at most once a second), as the watch asks
-        before it moves a run off a straggler.
+        before it moves a run off a straggler or grows it back; rank 0 answers with C(control/SAVED) once every
+        rank saved it (RV(saved)).
     type: str
   probe:
     description:
@@ -60,6 +61,14 @@ options:
     description: The port O(probe) tries (sshd's).
     type: int
     default: 22
+  spares_file:
+    description:
+      - The spares record on this node (M(multinode.deepspeed.run_recovery)'s); RV(spares_held) names the spares
+        a run other than O(run_id) holds now (a shrunken run's watch grows back onto a spare only once it is free).
+    type: path
+  run_id:
+    description: The run whose own holds O(spares_file) does not count.
+    type: str
   done:
     description: Write C(control/DONE), telling the watching agents that the run ended well.
     type: bool
@@ -149,6 +158,17 @@ reachable:
   description: Per node of O(probe), C(ok) and C(error).
   returned: always
   type: dict
+saved:
+  description: The bundled trainer's answer to C(control/SAVE) - C(step) (the checkpoint's) and C(time) - or null
+    before it answered.
+  returned: always
+  type: dict
+spares_held:
+  description: The spares of O(spares_file) another run holds now; null without O(spares_file), or when the record
+    cannot be read (then no spare counts as free).
+  returned: always
+  type: list
+  elements: str
 done_ranks:
   description: Ranks that wrote their final record (C(done)), sorted.
   returned: always

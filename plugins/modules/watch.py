@@ -90,6 +90,18 @@ options:
         the run with a reason that starts C(<node> is a straggler), which the recovery judges as that node's fault.
       - Unset (a script that records no steps) - no scores.
     type: dict
+  grow:
+    description:
+      - A shrunken attempt's grow-back, from its plan (C(grow)) - C(nodes) (the lost nodes it lacks), C(spares)
+        (spares another run held when it was placed), C(addresses), C(width) (the run's full width), C(missing)
+        (how many nodes it lacks), and with spares C(spares_file) and C(run_id).
+      - From the attempt's first step, every 5 seconds the watch tries the candidates' SSH port from the coordinator,
+        and reads the spares record.
+        Once a node answers (a spare, once no other run holds it), the ranks are asked for a checkpoint
+        (C(control/SAVE)); when every rank saved it (or after 60 s, or 3x the longest save), the run stops with a
+        reason that starts C(grow back:), and the recovery places the next attempt back on the run's width
+        (C(docs/recovery.md#grow-back)).
+    type: dict
   startup_timeout:
     description:
       - Seconds allowed before the first step (model load, DeepSpeed's init, the first collective), counted from

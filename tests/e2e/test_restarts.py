@@ -176,14 +176,33 @@ def test_a_spare_takes_the_place_of_a_lost_node(spare, run_playbook, tmp_path):
     assert left_on(["coord", "worker1", "worker3"], run_id) == {}
 
 
-def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer(worker2_back, run_playbook, tmp_path):
-    run_id = f"e2e-recover-fewer-{int(time.time())}"
+def _losses_by_step(run_id, attempt):
+    path = ROOT / "runs" / run_id / "attempts" / str(attempt) / "metrics" / "rank0.jsonl"
+    return dict((r["step"], r["loss"]) for r in map(json.loads, path.read_text().splitlines())
+                if r.get("event") == "step")
+
+
+def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer_and_grows_back(worker2_back, run_playbook,
+                                                                                    tmp_path):
+    """worker2 stopped at step 60: attempt 2 goes on with worker1 alone (min_nodes=1), the global batch kept by
+    accumulation; worker2 started again during it: attempt 2 is checkpointed and stopped, and attempt 3 runs on both
+    nodes again, with the same global batch and the same losses as attempt 2 had for the same steps.  Micro-batches
+    of 16 make attempt 2's steps long enough that a grow-back is worth it (grow.LEAST_LEFT: 20 s of steps left; 850
+    steps of about 36 ms here)."""
+    run_id = f"e2e-recover-grow-{int(time.time())}"
+    back = threading.Thread(target=lambda: when_step(run_id, 70, _start_worker2, attempt=2))
+    back.start()
     res, summary = train_with_fault(run_playbook, run_id, _stop_worker2,
-                                    ["-e", "restarts=1", "-e", "min_nodes=1", "-e", "recover_wait=10",
-                                     "-e", f"quarantine_file={tmp_path}/q.json"], "recover-fewer")
-    first, second = summary["attempts"]
-    print(f"fault to the next attempt's first step: {second['fault_to_first_step']} s (recover_wait 10 s)")
-    assert second["nodes"] == ["worker1"] and summary["hosts"] == {"worker1": [0]} and second["start_step"] >= 50
+                                    ["-e", "restarts=2", "-e", "min_nodes=1", "-e", "recover_wait=10", "-e", "steps=900",
+                                     "-e", json.dumps({"args": "--micro-batch 16"}),
+                                     "-e", f"quarantine_file={tmp_path}/q.json"], "recover-grow")
+    back.join()
+    first, second, third = summary["attempts"]
+    print(f"fault to attempt 2's first step: {second['fault_to_first_step']} s (recover_wait 10 s); grow-back to "
+          f"attempt 3's first step: {third['fault_to_first_step']} s")
+    assert [a["kind"] for a in summary["attempts"]] == ["lost", "grow", "success"], summary["attempts"]
+    assert [a["nodes"] for a in summary["attempts"]] == [["worker1", "worker2"], ["worker1"], ["worker1", "worker2"]]
+    assert second["start_step"] >= 50 and summary["hosts"] == {"worker1": [0], "worker2": [1]}
     # DeepSpeed's universal checkpoint, and the global batch of two ranks kept by accumulating two micro-batches.
     assert second["batch"] == {"grad_accum": 2, "exact": True, "global_world": 2}
     log = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "attempts" / "2" / "logs").glob("*_rank0.log"))
@@ -191,6 +210,27 @@ def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer(worker2_back,
     config = json.loads((ROOT / "runs" / run_id / "attempts" / "2" / "ds_config.json").read_text())
     assert config["gradient_accumulation_steps"] == 2 and config["checkpoint"] == {"load_universal": True}
     assert _losses(run_id, 2)[0] < _losses(run_id, 1)[0]
+    # Grown back at the checkpoint the watch asked for once worker2 answered: two ranks, no accumulation.
+    assert second["why"].startswith("grow back: worker2 answers again; the run was checkpointed at step ")
+    assert third["start_step"] > second["start_step"] and third["last_step"] == 900 and third["batch"] is None
+    config = json.loads((ROOT / "runs" / run_id / "attempts" / "3" / "ds_config.json").read_text())
+    assert config["gradient_accumulation_steps"] == 1 and config["checkpoint"] == {"load_universal": True}
+    log = "".join(p.read_text() for p in (ROOT / "runs" / run_id / "attempts" / "3" / "logs").glob("*_rank0.log"))
+    assert "was saved by 1 ranks, this run has 2: converting it with DeepSpeed's ds_to_universal" in log
+    checks = json.loads((ROOT / "runs" / run_id / "attempts" / "3" / "replacement-preflight.json").read_text())
+    assert checks["nodes"] == ["worker2"] and all(v["status"] in ("pass", "warn") for v in checks["verdicts"])
+    # The same global batch from the same weights: the steps both attempts ran have the same losses (up to the
+    # order of the sums: 0.618303656578064 at step 501 in both, when it was measured).
+    before, after = _losses_by_step(run_id, 2), _losses_by_step(run_id, 3)
+    both = sorted(set(before) & set(after))
+    assert both, (sorted(before)[-3:], sorted(after)[:3])
+    assert all(abs(before[s] - after[s]) <= 1e-4 * abs(before[s]) for s in both[:20]), [
+        (s, before[s], after[s]) for s in both[:20]]
+    flat = " ".join(res.out.split())
+    assert "grow back: worker2 answers again; checkpointing, then growing the run back to 2 nodes" in flat
+    assert "attempt 3/3 on worker1, worker2 (grow back: worker2 answers again" in flat
+    assert "| [3](attempts/3/report.md) | worker1, worker2 |" in (ROOT / "runs" / run_id / "report.md").read_text()
+    assert left_on(["coord", "worker1", "worker2"], run_id) == {}
 
 
 def test_ctrl_c_during_the_recovery_wait_starts_nothing_new(worker2_back, tmp_path):

@@ -637,6 +637,22 @@ def placement(job, layout, workers, coordinators):
     }
 
 
+def grow_watch(value, workers, rank_hosts):
+    """What a shrunken attempt's watch looks out for to grow back (run_recovery's place step gives it; the watch
+    acts on it: module_utils/run/grow.py): ``{"nodes", "spares", "width", "missing", "addresses"}`` with the
+    candidates that may take ranks (not quarantined, not already the attempt's) and their addresses; None for
+    none."""
+    if not isinstance(value, dict):
+        return None
+    nodes = [n for n in value.get("nodes") or [] if n in workers and n not in rank_hosts]
+    spares = [n for n in value.get("spares") or [] if n in workers and n not in rank_hosts and n not in nodes]
+    width = int(value.get("width") or 0)
+    if not (nodes or spares) or width <= len(rank_hosts):
+        return None
+    return {"nodes": nodes, "spares": spares, "width": width, "missing": width - len(rank_hosts),
+            "addresses": dict((n, workers[n].get("address") or n) for n in nodes + spares)}
+
+
 def common_interface(workers, rank_hosts):
     """The rank hosts' network interface when they all name the same one, else None."""
     interfaces = sorted(set(workers[h].get("interface") for h in rank_hosts) - {None, ""})
@@ -691,7 +707,7 @@ def plan(settings, workers, coordinators, now, backends):
     job.update({"run_id": str(run_id), "backend": backend.NAME, "backend_options": backend_options,
                 "entrypoint": entrypoint, "args": args, "warm": bool(job["warm_start"] and backend.start.warm)})
     job["model_path"] = settings.get("model_path") or None
-    job.update(placement(job, layout, workers, coordinators))
+    job.update(placement(job, layout, workers, coordinators), grow=grow_watch(settings.get("grow"), workers, rank_hosts))
     job["metrics"] = not entrypoint
     job.update(user_code(job, settings))
     job["pull_opts"] = pull_options(job)

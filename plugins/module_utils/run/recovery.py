@@ -19,13 +19,16 @@ import time
 
 from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch.lock import guarded, write_whole
+from ansible_collections.multinode.deepspeed.plugins.module_utils.run import grow
 
 # What ended an attempt.  The first six may be retried; the others never are.
 LOST, STALLED, KILLED, ERROR, LAUNCHER = "lost", "stalled", "killed", "error", "launcher"
 # The watch stopped the attempt to move it off a slow node (on_straggler=replace; module_utils/run/stragglers.py).
 STRAGGLER = "straggler"
+# The watch stopped a shrunken attempt at a checkpoint because a node it lacks answers again (module_utils/run/grow.py).
+GROW = grow.GROW
 SUCCESS, INTERRUPTED, TIMEOUT, DISK, QUEUE, UNKNOWN = "success", "interrupted", "timeout", "disk", "queue", "unknown"
-RECOVERABLE = (LOST, STALLED, KILLED, ERROR, LAUNCHER, STRAGGLER)
+RECOVERABLE = (LOST, STALLED, KILLED, ERROR, LAUNCHER, STRAGGLER, GROW)
 NOT_RETRIED = {
     INTERRUPTED: "stopped by the user (Ctrl-C); not retried",
     TIMEOUT: "the run's timeout covers every attempt; not retried",
@@ -109,6 +112,10 @@ def ending(summary):
            "scheduler_nodes": []}
     if summary.get("status") == "success":
         out.update(kind=SUCCESS, why="finished", nodes=[])
+        return out
+    if grow.named(reason):
+        # Not a failure: the nodes named answer again, and the next attempt takes them back.
+        out.update(kind=GROW, nodes=grow.named(reason), why=reason)
         return out
     kind = next((k for k, pattern in _REASONS if pattern.search(reason)), None)
     if kind in (INTERRUPTED, TIMEOUT, DISK, QUEUE):
@@ -405,16 +412,17 @@ def timeout_left(timeout, started, now):
 QUICK_LOOK = 5
 
 
-def wait_seconds(failed, spares_free, recover_wait):
+def wait_seconds(failed, spares_free, recover_wait, kind=None):
     """How long the play waits for the failed nodes to answer: a quick look when the free spares can take all their
-    places, else ``recover_wait``."""
-    return QUICK_LOOK if len(spares_free) >= len(failed) else int(recover_wait)
+    places, or when the nodes are those a grow-back saw answer, else ``recover_wait``."""
+    return QUICK_LOOK if kind == GROW or len(spares_free) >= len(failed) else int(recover_wait)
 
 
-def came_back(checks, fingerprints):
+def came_back(checks, fingerprints, run_fingerprint=None):
     """The failed nodes that came back, from the play's node reads (``checks``: the loop's results, each with
     ``item`` and, when it answered, ``ansible_facts.multinode_node``) and their stack fingerprints before the
-    failure: ``(back, notes)``, a node whose stack changed is not back."""
+    failure (a node this attempt did not have, one a grow-back takes again: the run's, ``run_fingerprint``):
+    ``(back, notes)``, a node whose stack changed is not back."""
     back, notes = [], []
     for result in checks:
         node = result.get("item")
@@ -422,7 +430,7 @@ def came_back(checks, fingerprints):
             notes.append("%s did not answer: %s" % (node, str(result.get("msg") or "unreachable")[:200]))
             continue
         now = ((result.get("ansible_facts") or {}).get("multinode_node") or {}).get("stack_fingerprint")
-        before = (fingerprints or {}).get(node)
+        before = (fingerprints or {}).get(node) or run_fingerprint
         if before and now != before:
             notes.append("%s came back with another stack (fingerprint %s, was %s): not used again" % (
                 node, now, before))

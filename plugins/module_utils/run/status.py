@@ -20,6 +20,7 @@ import re
 import socket
 import time
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.common import records
 from ansible_collections.multinode.deepspeed.plugins.module_utils.launch import lock
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.summary import read_jsonl
 from ansible_collections.multinode.deepspeed.plugins.module_utils.run.bundle import pack
@@ -43,6 +44,8 @@ ARGUMENT_SPEC = dict(
     seen=dict(type="raw"),
     finish=dict(type="dict"),
     bundle=dict(type="int", default=0),
+    spares_file=dict(type="path"),
+    run_id=dict(type="str"),
 )
 
 
@@ -73,7 +76,29 @@ def status(p, check_mode=False):
                 ranks=ranks, done_ranks=sorted(done), now=time.time(), logs_mtime=_logs_mtime(run_dir),
                 reachable=reachable, queue=_object(_load(os.path.join(control, "queue.json"))),
                 disk=_disk(run_dir), moment=_moment(control, nodes), finished_here=finished_here,
-                bundle=bundle, bundle_skipped=skipped)
+                bundle=bundle, bundle_skipped=skipped, spares_held=_spares_held(p["spares_file"], p["run_id"]),
+                saved=_object(_load(os.path.join(control, "SAVED"))))
+
+
+def _spares_held(path, run_id):
+    """The spares another run than ``run_id`` holds now in the spares record at ``path``; None without one, or when
+    it cannot be read as one."""
+    if not path:
+        return None
+    try:
+        held = records.read(path, "spares")
+    except records.RecordError:
+        return None
+    now = time.time()
+    return sorted(n for n, r in held.items() if isinstance(r, dict) and r.get("run_id") != run_id
+                  and _number(r.get("until")) > now)
+
+
+def _number(value):
+    try:
+        return float(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def run_status(p):

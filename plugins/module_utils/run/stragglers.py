@@ -207,6 +207,22 @@ def saved_since(ranks, step):
     return bool(steps) and all(int(r.get("saved_step") or 0) >= int(step or 0) for r in steps)
 
 
+def saved_at(status, step):
+    """The step of the checkpoint that answered the watch's ask at ``step``, or None: the trainer's answer
+    (``control/SAVED``, run_status's ``saved``: written once every rank saved), else the ranks' last save records
+    (a poll sees them only while they are among a rank's last lines)."""
+    answer = (status or {}).get("saved") or {}
+    try:
+        if int(answer.get("step") or 0) >= int(step or 0):
+            return int(answer["step"])
+    except (TypeError, ValueError):
+        pass
+    ranks = (status or {}).get("ranks") or {}
+    if saved_since(ranks, step):
+        return max(int(r.get("saved_step") or 0) for r in ranks.values() if isinstance(r, dict))
+    return None
+
+
 def save_wait(longest_save):
     """Seconds the watch waits for the checkpoint it asked for before it moves the run all the same."""
     return max(SAVE_WAIT, 3.0 * float(longest_save or 0))

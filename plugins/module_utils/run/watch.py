@@ -274,6 +274,12 @@ def abort_for_straggler(reason):
     return STOPPING, reason, ("abort", reason, [])
 
 
+def abort_to_grow(reason):
+    """The verdict when a shrunken attempt saved its checkpoint for a grow-back (``reason``: grow.reason): stop the
+    run; the recovery places the next attempt on the run's full width."""
+    return STOPPING, reason, ("abort", reason, [])
+
+
 def stop_overdue(reason, stop_timeout):
     """The failure's reason when the nodes did not stop within ``stop_timeout`` after an abort."""
     return "%s; nodes still not stopped after %.0fs" % (reason, stop_timeout)

@@ -300,3 +300,8 @@ def test_a_checkpoint_asked_by_the_watch_is_looked_for_once_a_second_and_answere
     assert train.save_asked(asked, 101.0) is True
     asked["done"] = True
     assert train.save_asked(asked, 200.0) is False
+    # The answer the watch reads: the step of the checkpoint, beside the ask, written whole.
+    train.save_answered(asked["path"], 61)
+    answer = json.loads((tmp_path / "control" / "SAVED").read_text())
+    assert answer["step"] == 61 and answer["time"] > 0
+    assert sorted(p.name for p in (tmp_path / "control").iterdir()) == ["SAVE", "SAVED"]

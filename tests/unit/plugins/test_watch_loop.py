@@ -162,3 +162,79 @@ def test_a_failed_run_is_not_unpacked_and_says_nothing_of_it(shown, tmp_path):
     result = plugin(run, collect_dir=str(tmp_path / "c")).run(task_vars={"inventory_hostname": "coord"})
     assert result["status"] == "failed" and result["collected"] is False and result["collect_note"] is None
     assert not (tmp_path / "c").exists()
+
+
+class Shrunk(Run):
+    """run_status on an attempt on fewer nodes: its ranks step, w3 (a node it lacks) answers from the third look,
+    and once the watch asks for a checkpoint the ranks save it at their next step."""
+
+    def __init__(self, polls):
+        super(Shrunk, self).__init__(polls)
+        self.looks, self.asked = 0, None
+
+    def __call__(self, task_vars, **kw):
+        if "probe" in kw:
+            self.calls.append(kw)
+            self.looks += 1
+            return {"reachable": {"w3": {"ok": self.looks >= 3, "error": None}}, "spares_held": None}
+        if kw.get("save"):
+            self.asked = 11 + len(self.calls)
+        res = super(Shrunk, self).__call__(task_vars, **kw)
+        step = 10 + len(self.calls)
+        saved = {"saved_step": step} if self.asked and step > self.asked else {}
+        res["ranks"] = dict((r, dict({"event": "step", "step": step, "time": time.time()}, **saved)) for r in "01")
+        return res
+
+
+def test_a_shrunken_attempt_grows_back_once_its_node_answers_at_a_checkpoint(shown, monkeypatch):
+    monkeypatch.setattr(watch.grow, "due", lambda last, now, every=5: True)
+    stopped = poll(coord={"state": "aborted"}, w1={"state": "aborted"}, w2={"state": "aborted"})
+    run = Shrunk([poll()] * 8 + [stopped])
+    spec = {"nodes": ["w3"], "spares": [], "width": 3, "missing": 1, "addresses": {"w3": "10.0.0.3"}}
+    result = plugin(run, grow=spec).run(task_vars={"inventory_hostname": "coord"})
+    looks = [c for c in run.calls if "probe" in c]
+    assert len(looks) == 3 and looks[0] == {"probe": {"w3": "10.0.0.3"}}
+    assert [c["save"] for c in run.calls if c.get("save")] == ["grow back: w3 answers again"]
+    assert result["status"] == "failed" and result["reason"].startswith(
+        "grow back: w3 answers again; the run was checkpointed at step ")
+    assert result["reason"].endswith(" and grows back to 3 nodes")
+    assert "[coord] grow back: w3 answers again; checkpointing, then growing the run back to 3 nodes" in shown
+    # Nothing looked for once the checkpoint was asked for.
+    assert run.calls.index(looks[-1]) < next(i for i, c in enumerate(run.calls) if c.get("save"))
+
+
+class Answered(Shrunk):
+    """As Shrunk, but the ranks' save records are never among the lines a poll reads: only the trainer's answer
+    (control/SAVED) says the checkpoint was saved; ``final`` makes it the run's last step's."""
+
+    final = False
+
+    def __call__(self, task_vars, **kw):
+        res = super(Answered, self).__call__(task_vars, **kw)
+        for rec in (res.get("ranks") or {}).values():
+            rec.pop("saved_step", None)
+        if self.asked:
+            res["saved"] = {"step": 40 if self.final else self.asked + 1, "time": time.time()}
+        return res
+
+
+def test_the_trainers_answer_is_the_checkpoint_the_grow_back_waits_for(shown, monkeypatch):
+    monkeypatch.setattr(watch.grow, "due", lambda last, now, every=5: True)
+    stopped = poll(coord={"state": "aborted"}, w1={"state": "aborted"}, w2={"state": "aborted"})
+    spec = {"nodes": ["w3"], "spares": [], "width": 3, "missing": 1, "addresses": {"w3": "10.0.0.3"}}
+    run = Answered([poll()] * 8 + [stopped])
+    result = plugin(run, grow=spec).run(task_vars={"inventory_hostname": "coord"})
+    assert result["reason"].startswith("grow back: w3 answers again; the run was checkpointed at step %d" % (
+        run.asked + 1))
+
+
+def test_the_final_checkpoint_does_not_stop_a_run_to_grow(shown, monkeypatch):
+    monkeypatch.setattr(watch.grow, "due", lambda last, now, every=5: True)
+    launched = {"state": "finished", "role": "launcher", "exit_code": 0}
+    done = poll(coord=launched, w1={"state": "finished"}, w2={"state": "finished"})
+    spec = {"nodes": ["w3"], "spares": [], "width": 3, "missing": 1, "addresses": {"w3": "10.0.0.3"}}
+    run = Answered([poll()] * 6 + [done])
+    run.final = True
+    result = plugin(run, grow=spec, total_steps=40).run(task_vars={"inventory_hostname": "coord"})
+    assert result["status"] == "success" and not [c for c in run.calls if c.get("abort")]
+    assert len([c for c in run.calls if c.get("save")]) == 1

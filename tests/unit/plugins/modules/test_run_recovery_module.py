@@ -160,3 +160,63 @@ def test_verify_writes_the_replacements_preflight_and_fails_naming_the_fix(tmp_p
     assert res["failed"] is True and res["msg"].startswith("The node(s) taking a place failed their preflight, so "
                                                            "attempt 2 does not start: disk worker3: shared /shared")
     assert "Fix: free space on /shared of worker3" in res["msg"]
+
+
+SHRUNK = {"status": "failed", "hosts": {"worker1": [0]}, "last_step": 190, "started": 1020.0,
+          "nodes": {"worker1": {"state": "aborted"}, "coord": {"state": "aborted"}},
+          "watch": {"status": "failed", "reason": "grow back: worker2 answers again; the run was checkpointed at "
+                                                  "step 180 and grows back to 2 nodes"},
+          "abort": {"reason": "grow back: worker2 answers again", "time": 1030.0},
+          "resume": {"start_step": 50}, "problems": []}
+
+
+def test_a_run_that_shrank_looks_out_for_its_node_and_grows_back_when_it_answers(tmp_path, run_module):
+    run = tmp_path / "r1"
+    records = {"quarantine_file": str(tmp_path / "q.json"), "spares_file": str(tmp_path / "s.json")}
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    base = dict(records, run_dir=str(run), run_id="r1", restarts=2, full_nodes=["worker1", "worker2"])
+    # Attempt 1 lost worker2, which did not come back: attempt 2 runs on worker1 and looks out for worker2.
+    shrink = run_module(run_recovery, dict(base, step="place", attempt=1, nodes=["worker1", "worker2"],
+                                           failed_nodes=["worker2"], kind="lost", min_nodes=1,
+                                           checks=[{"item": "worker2", "unreachable": True, "msg": "No route"}]))
+    assert shrink["nodes"] == ["worker1"] and shrink["dropped"] == ["worker2"] and shrink["verify"] == {}
+    assert shrink["grow"] == {"nodes": ["worker2"], "spares": [], "width": 2}
+    # Attempt 2 stopped to grow back: the quick look, then worker2 (the run's stack) takes its place again.
+    _attempt(run, 2, SHRUNK, range(51, 191), 1021.0)
+    judged = run_module(run_recovery, dict(base, step="judge", attempt=2))
+    assert judged["retry"] and judged["kind"] == "grow" and judged["check_nodes"] == ["worker2"]
+    looked = run_module(run_recovery, dict(base, step="quarantine", nodes=["worker1"], check_nodes=["worker2"],
+                                           kind="grow", recover_wait=120))
+    assert looked["wait"] == 5
+    grown = run_module(run_recovery, dict(base, step="place", attempt=2, nodes=["worker1"], failed_nodes=["worker2"],
+                                          kind="grow", min_nodes=1, fingerprints={"worker1": "aaa"},
+                                          why=judged["why"], checks=[{"item": "worker2", "ansible_facts": {
+                                              "multinode_node": {"stack_fingerprint": "aaa"}}}]))
+    assert grown["nodes"] == ["worker1", "worker2"] and grown["grown"] == ["worker2"] and grown["grow"] is None
+    assert grown["verify"] == {"worker2": "worker2"} and grown["changed"] is True
+    assert grown["line"].startswith("attempt 3/3 on worker1, worker2 (grow back: worker2 answers again")
+    # Back with another stack: the attempt stays on worker1 and does not look for worker2 again.
+    other = run_module(run_recovery, dict(base, step="place", attempt=2, nodes=["worker1"], failed_nodes=["worker2"],
+                                          kind="grow", restarts=5, fingerprints={"worker1": "aaa"},
+                                          checks=[{"item": "worker2", "ansible_facts": {
+                                              "multinode_node": {"stack_fingerprint": "bbb"}}}]))
+    assert other["nodes"] == ["worker1"] and other["grow"] is None and other["grown"] == []
+    assert "worker2 came back with another stack" in other["notes"][0]
+
+
+def test_a_spare_that_grows_the_run_is_held_for_it(tmp_path, run_module):
+    run = tmp_path / "r1"
+    spares = tmp_path / "s.json"
+    spares.write_text(json.dumps({"spares": {}}))
+    _attempt(run, 1, LOST, range(1, 15), 1001.0)
+    _attempt(run, 2, dict(SHRUNK, watch={"status": "failed", "reason": "grow back: spare1 answers again"}),
+             range(51, 191), 1021.0)
+    res = run_module(run_recovery, {"run_dir": str(run), "run_id": "r1", "restarts": 3, "step": "place",
+                                    "attempt": 2, "nodes": ["worker1"], "failed_nodes": ["spare1"], "kind": "grow",
+                                    "spares": ["spare1"], "full_nodes": ["worker1", "worker2"],
+                                    "quarantine_file": str(tmp_path / "q.json"), "spares_file": str(spares),
+                                    "fingerprints": {"worker1": "aaa"}, "spare_checks": [],
+                                    "checks": [{"item": "spare1", "ansible_facts": {
+                                        "multinode_node": {"stack_fingerprint": "aaa"}}}]})
+    assert res["nodes"] == ["worker1", "spare1"] and res["grown"] == ["spare1"]
+    assert json.loads(spares.read_text())["spares"]["spare1"]["run_id"] == "r1"

@@ -276,3 +276,30 @@ def test_a_bad_finish_is_refused(tmp_path, run_module):
     d = ended(tmp_path)
     res = run_module(run_status, {"run_dir": str(d), "wait": 0.1, "finish": {"nodes": ["w1"], "launchers": ["coord"]}})
     assert res["failed"] and "finish needs nodes" in res["msg"]
+
+
+def test_the_spares_another_run_holds_now(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    now = __import__("time").time()
+    spares = tmp_path / "spares.json"
+    spares.write_text(json.dumps({"spares": {
+        "s1": {"run_id": "other", "until": now + 600}, "s2": {"run_id": "r1", "until": now + 600},
+        "s3": {"run_id": "other", "until": now - 1}, "s4": {"run_id": "other", "until": "soon"}}}))
+    res = run_module(run_status, {"run_dir": str(d), "spares_file": str(spares), "run_id": "r1"})
+    # Its own hold, an expired one and one that is not a time are not another run's now.
+    assert res["spares_held"] == ["s1"]
+    assert run_module(run_status, {"run_dir": str(d)})["spares_held"] is None
+    assert run_module(run_status, {"run_dir": str(d), "spares_file": str(tmp_path / "none.json")})["spares_held"] == []
+    # A record that is not one: no spare counts as free.
+    spares.write_text("not json")
+    assert run_module(run_status, {"run_dir": str(d), "spares_file": str(spares), "run_id": "r1"})["spares_held"] is None
+
+
+def test_the_trainers_answer_to_a_save_ask(tmp_path, run_module):
+    d = run_dir(tmp_path)
+    assert run_module(run_status, {"run_dir": str(d)})["saved"] is None
+    (d / "control").mkdir(exist_ok=True)
+    (d / "control" / "SAVED").write_text(json.dumps({"step": 61, "time": 5.0}))
+    assert run_module(run_status, {"run_dir": str(d)})["saved"] == {"step": 61, "time": 5.0}
+    (d / "control" / "SAVED").write_text("[1]")
+    assert run_module(run_status, {"run_dir": str(d)})["saved"] is None

@@ -167,3 +167,15 @@ def test_rank_memory_is_the_smallest_host_over_the_most_ranks():
     workers = {"w1": worker(mem=8192), "w2": worker(mem=4096), "w3": worker(mem=None)}
     assert J.rank_memory_gib(workers, ["w1", "w2"], {"w1": 2, "w2": 1}) == 2.0
     assert J.rank_memory_gib(workers, ["w1", "w3"], {"w1": 1, "w3": 1}) is None
+
+
+def test_a_shrunken_attempts_plan_says_what_its_watch_looks_out_for():
+    workers = {"worker1": {"address": "10.0.0.1"}, "worker2": {"address": "10.0.0.2"}, "spare1": {}}
+    spec = {"nodes": ["worker2", "gone"], "spares": ["spare1"], "width": 2}
+    assert J.grow_watch(spec, workers, ["worker1"]) == {
+        "nodes": ["worker2"], "spares": ["spare1"], "width": 2, "missing": 1,
+        "addresses": {"worker2": "10.0.0.2", "spare1": "spare1"}}
+    # Nothing to grow to, nothing to look for, or nothing given: no grow-back.
+    assert J.grow_watch(spec, workers, ["worker1", "spare1"]) is None
+    assert J.grow_watch({"nodes": ["gone"], "spares": [], "width": 2}, workers, ["worker1"]) is None
+    assert J.grow_watch(None, workers, ["worker1"]) is None and J.grow_watch("", workers, ["worker1"]) is None

@@ -143,3 +143,15 @@ def test_a_host_name_a_rank_wrote_is_used_only_when_it_is_a_host_name():
     for n in range(1, 6):
         tracker.see({0: step(0, n, 0.1, "worker1"), 1: step(1, n, 0.4, "](x)\n**bad**")})
     assert set(tracker.scores()) == {"worker1", "rank 1"} and "rank 1" in tracker.flagged
+
+
+def test_the_checkpoint_that_answered_the_ask_is_the_trainers_answer_else_the_ranks_save_records():
+    saved_at = stragglers.saved_at
+    ranks = {"0": {"event": "step", "step": 90}, "1": {"event": "step", "step": 90}}
+    # A fast run's save records left the lines a poll reads: control/SAVED still says which step answered.
+    assert saved_at({"ranks": ranks, "saved": {"step": 61, "time": 1.0}}, 60) == 61
+    assert saved_at({"ranks": ranks, "saved": {"step": 50}}, 60) is None
+    assert saved_at({"ranks": ranks, "saved": {"step": "x"}}, 60) is None
+    seen = dict((r, dict(rec, saved_step=62)) for r, rec in ranks.items())
+    assert saved_at({"ranks": seen, "saved": None}, 60) == 62
+    assert saved_at({"ranks": dict(seen, **{"1": ranks["1"]})}, 60) is None
