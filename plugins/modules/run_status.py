@@ -76,7 +76,7 @@ options:
   wait:
     description:
       - Seconds to wait, after the writes, for the run to change before answering (a long poll). The call answers
-        as soon as an agent's state or exit code changes, an agent appears, or C(ABORT) or C(DONE) appears, and
+        as soon as an agent's state or exit code changes, an agent appears, or C(ABORT), C(DONE) or C(SAVED) appears, and
         after O(wait) seconds at the latest. V(0) answers at once.
       - The M(multinode.deepspeed.watch) action waits its poll interval in each call, so that the end of a run is
         seen within a fraction of a second instead of at its next poll.

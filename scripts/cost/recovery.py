@@ -4,7 +4,7 @@
     .venv/bin/python scripts/cost/recovery.py [--rounds 3] [--steps 1200] [--micro-batch 16] [--model llama-tiny]
                                               [--json FILE]
 
-Back to back, N rounds of four runs of train.yml with the same model, steps, micro-batch and save interval
+Back to back, N rounds of five runs of train.yml with the same model, steps, micro-batch and save interval
 (-e restarts=1 -e save_interval=STEPS/10 -e preflight=false), on the workers of the local cluster.  Micro-batches
 of 16 make a step take about 25 ms on two workers and 36 ms on one (with two micro-batches): long enough that a
 shrunken attempt has the 20 s left that a grow-back needs (module_utils/run/grow.py):
@@ -12,6 +12,7 @@ shrunken attempt has the 20 s left that a grow-back needs (module_utils/run/grow
   clean   no fault
   fault   worker2 stopped (podman stop) once rank 0 reached a third of the steps, started again
           10 s later: the run waits for it, checks it and goes on from its newest checkpoint
+  kill    rank 1 killed (SIGKILL) at a third of the steps: the next attempt runs on the same nodes
   hang    rank 1 frozen (SIGSTOP) at a third of the steps: alive, its node's agent beating, nothing
           moving; the watch calls the run hung from its pace and the next attempt goes on
   grow    worker2 stopped at a third of the steps and not back within recover_wait (5 s): attempt 2
@@ -96,11 +97,11 @@ def grow_back(run_id: str, step: int, out: dict) -> None:
     start_worker2()
 
 
-def freeze(run_id: str, step: int, out: dict) -> None:
-    """SIGSTOP rank 1 (on worker2) once rank 0 reached ``step``."""
+def freeze(run_id: str, step: int, out: dict, sig: str = "-STOP") -> None:
+    """SIGSTOP (or ``sig``) rank 1 (on worker2) once rank 0 reached ``step``."""
     wait_for_step(run_id, step)
     out["fault_at"] = time.time()
-    podman("exec", "mnds-worker2", "pkill", "-STOP", "-f", "--", "-u -m multinode_ds.train")
+    podman("exec", "mnds-worker2", "pkill", sig, "-f", "--", "-u -m multinode_ds.train")
 
 
 def detection(run_id: str, fault_at: float, attempt: int = 1):
@@ -121,6 +122,7 @@ def train(run_id: str, args, kind: str) -> dict:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     fault_info: dict = {}
     injector = {"fault": threading.Thread(target=inject, args=(run_id, args.steps // 3, 10.0, fault_info)),
+                "kill": threading.Thread(target=freeze, args=(run_id, args.steps // 3, fault_info, "-KILL")),
                 "hang": threading.Thread(target=freeze, args=(run_id, args.steps // 3, fault_info)),
                 "grow": threading.Thread(target=grow_back, args=(run_id, args.steps // 3, fault_info))}.get(kind)
     if injector:
@@ -161,7 +163,7 @@ def grow_figures(summary: dict, run_id: str, fault_info: dict) -> dict:
             "grow_recomputed_steps": third["recomputed_steps"]}
 
 
-FAULTS = ("fault", "hang", "grow")
+FAULTS = ("fault", "kill", "hang", "grow")
 
 # Unexpected interruptions per node and day: 419 in a 54-day snapshot of Llama 3 405B's pre-training on 16,384 H100
 # GPUs, eight to a server (2,048 nodes); 78% of them hardware. "The Llama 3 Herd of Models", Meta, 2024
@@ -241,7 +243,7 @@ def main(argv=None) -> int:
         p.error("--rounds must be at least 1 and --steps at least 30")
     if not INVENTORY.exists():
         raise SystemExit("[bench-recovery] no local cluster: make cluster, then ansible-playbook site.yml")
-    results: dict = {"clean": [], "fault": [], "hang": [], "grow": []}
+    results: dict = dict((kind, []) for kind in ("clean",) + FAULTS)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for rnd in range(1, args.rounds + 1):
         for kind in ("clean",) + FAULTS:

@@ -188,9 +188,10 @@ def _wait_for_change(run_dir, control, nodes, wait, seen=None, period=0.1, finis
 
 def _moment(control, nodes):
     """What the watch decides on, without the heartbeats' times: each agent's state and exit code, and which of
-    the run's records exist."""
-    return [sorted([host, beat.get("state"), beat.get("exit_code")] for host, beat in nodes.items()),
-            os.path.exists(os.path.join(control, "ABORT")), os.path.exists(os.path.join(control, "DONE"))]
+    the run's records exist (the trainer's answer to a checkpoint asked for, SAVED, too: the watch stops a run it
+    moves as soon as the checkpoint is there)."""
+    return [sorted([host, beat.get("state"), beat.get("exit_code")] for host, beat in nodes.items())] + [
+        os.path.exists(os.path.join(control, name)) for name in ("ABORT", "DONE", "SAVED")]
 
 
 def _object(value):

@@ -22,6 +22,9 @@ def test_the_report_has_each_kinds_medians_ratios_and_seconds_lost(capsys):
         "fault": [run(150.0, 0.6, fault_to_first_step_s=20.0, recomputed_steps=10),
                   run(160.0, 0.6, fault_to_first_step_s=22.0, recomputed_steps=12),
                   run(120.0, 0.4, fault_to_first_step_s=30.0, recomputed_steps=8)],
+        "kill": [run(110.0, 0.8, fault_to_first_step_s=9.0, recomputed_steps=5),
+                 run(111.0, 0.8, fault_to_first_step_s=8.0, recomputed_steps=5),
+                 run(112.0, 0.8, fault_to_first_step_s=10.0, recomputed_steps=5)],
         "hang": [run(130.0, 0.7, fault_to_first_step_s=15.0, recomputed_steps=5, detection_s=11.0),
                  run(125.0, 0.7, fault_to_first_step_s=14.0, recomputed_steps=6, detection_s=None),
                  run(120.0, 0.6, fault_to_first_step_s=16.0, recomputed_steps=4, detection_s=12.0)],
@@ -36,7 +39,7 @@ def test_the_report_has_each_kinds_medians_ratios_and_seconds_lost(capsys):
     assert out["medians"]["clean"]["wall_s"] == 100.0
     assert out["medians"]["fault"]["fault_to_first_step_s"] == 22.0
     assert out["medians"]["hang"]["detection_s"] == 11.5  # the round without a record is left out
-    assert out["seconds_lost"] == {"fault": 50.0, "hang": 30.0, "grow": 40.0}
+    assert out["seconds_lost"] == {"fault": 50.0, "kill": 10.0, "hang": 30.0, "grow": 40.0}
     assert abs(out["ratios"]["fault"]["wall"] - 160.0 / 110.0) < 1e-9  # the median of 1.5, 1.45 and 1.33
     assert abs(out["ratios"]["hang"]["goodput"] - 0.7 / 0.9) < 1e-9
     text = capsys.readouterr().out

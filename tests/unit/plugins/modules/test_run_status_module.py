@@ -174,6 +174,17 @@ def test_a_long_poll_does_not_wait_through_a_change_the_caller_has_not_seen(tmp_
     assert time.monotonic() - t0 < 5 and res["nodes"]["w1"]["state"] == "finished" and res["moment"] != seen
 
 
+def test_the_trainers_answer_to_a_save_ends_a_long_poll(tmp_path, run_module):
+    import threading
+    import time
+    d = run_dir(tmp_path)
+    (d / "control").mkdir(exist_ok=True)
+    threading.Timer(0.2, (d / "control" / "SAVED").write_text, ('{"step": 9, "time": 1.0}',)).start()
+    t0 = time.monotonic()
+    res = run_module(run_status, {"run_dir": str(d), "wait": 10})
+    assert time.monotonic() - t0 < 5 and res["saved"] == {"step": 9, "time": 1.0}
+
+
 def ended(tmp_path, launcher_code=0, done_ranks=(0, 1), watchers="running"):
     """A run whose launcher (coord) ended with ``launcher_code``, ranks ``done_ranks`` wrote done, watchers w1/w2."""
     d = tmp_path / "runs" / "r1"
