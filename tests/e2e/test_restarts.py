@@ -182,8 +182,8 @@ def _losses_by_step(run_id, attempt):
                 if r.get("event") == "step")
 
 
-def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer_and_grows_back(worker2_back, run_playbook,
-                                                                                    tmp_path):
+def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer_and_grows_back(
+        worker2_back, run_playbook, tmp_path):
     """worker2 stopped at step 60: attempt 2 goes on with worker1 alone (min_nodes=1), the global batch kept by
     accumulation; worker2 started again during it: attempt 2 is checkpointed and stopped, and attempt 3 runs on both
     nodes again, with the same global batch and the same losses as attempt 2 had for the same steps.  Micro-batches
