@@ -416,7 +416,9 @@ class ActionModule(ActionBase):
                 and grow.due(loop.grow_looked, time.time(), spec.get("every") or grow.EVERY) \
                 and grow.worth_it(last, opts["total_steps"], loop.pace.step_time()):
             loop.grow_looked = time.time()
-            kw = dict(probe=spec.get("addresses") or {})
+            # A node that is up answers on the cluster network in milliseconds; one still down must not hold the
+            # watch's poll for long every few seconds.
+            kw = dict(probe=spec.get("addresses") or {}, probe_timeout=grow.PROBE_TIMEOUT)
             if spec.get("spares_file"):
                 kw.update(spares_file=spec["spares_file"], run_id=spec.get("run_id"))
             looked = self._poll(task_vars, opts, loop, **kw) or {}

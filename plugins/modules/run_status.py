@@ -61,6 +61,11 @@ options:
     description: The port O(probe) tries (sshd's).
     type: int
     default: 22
+  probe_timeout:
+    description: Seconds O(probe) waits for each node's answer (a grow-back's look, every few seconds while the node
+      is still down, waits less).
+    type: float
+    default: 2.0
   spares_file:
     description:
       - The spares record on this node (M(multinode.deepspeed.run_recovery)'s); RV(spares_held) names the spares

@@ -28,6 +28,8 @@ import re
 GROW = "grow"
 # How often a shrunken attempt's watch looks for its candidates (seconds).
 EVERY = 5
+# Seconds a look waits for a candidate's SSH port (one on the cluster network answers in milliseconds).
+PROBE_TIMEOUT = 0.5
 # A grow-back costs a checkpoint and a new attempt's start (about 10 s on the local cluster): with fewer seconds of
 # steps left than this, the attempt finishes at its width.
 LEAST_LEFT = 20.0

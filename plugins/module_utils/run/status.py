@@ -39,6 +39,7 @@ ARGUMENT_SPEC = dict(
     release=dict(type="path"),
     lost=dict(type="list", elements="str", default=[]),
     probe_port=dict(type="int", default=22),
+    probe_timeout=dict(type="float", default=2.0),
     cause=dict(type="str"),
     wait=dict(type="float", default=0),
     seen=dict(type="raw"),
@@ -68,7 +69,8 @@ def status(p, check_mode=False):
     if p["wait"] > 0 and not check_mode:
         nodes, finished_here = _wait_for_change(run_dir, control, nodes, p["wait"], p["seen"], finish=finish)
     ranks, done = _read_ranks(run_dir)
-    reachable = dict((host, _reach(addr, p["probe_port"])) for host, addr in sorted(p["probe"].items()))
+    reachable = dict((host, _reach(addr, p["probe_port"], p["probe_timeout"]))
+                     for host, addr in sorted(p["probe"].items()))
     bundle, skipped = None, None
     if p["bundle"] > 0 and finish and not check_mode and _all_done(control, nodes, finish):
         bundle, skipped, _files = pack(run_dir, p["bundle"])

@@ -193,7 +193,7 @@ def test_a_shrunken_attempt_grows_back_once_its_node_answers_at_a_checkpoint(sho
     spec = {"nodes": ["w3"], "spares": [], "width": 3, "missing": 1, "addresses": {"w3": "10.0.0.3"}}
     result = plugin(run, grow=spec).run(task_vars={"inventory_hostname": "coord"})
     looks = [c for c in run.calls if "probe" in c]
-    assert len(looks) == 3 and looks[0] == {"probe": {"w3": "10.0.0.3"}}
+    assert len(looks) == 3 and looks[0] == {"probe": {"w3": "10.0.0.3"}, "probe_timeout": 0.5}
     assert [c["save"] for c in run.calls if c.get("save")] == ["grow back: w3 answers again"]
     assert result["status"] == "failed" and result["reason"].startswith(
         "grow back: w3 answers again; the run was checkpointed at step ")
