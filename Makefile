@@ -87,6 +87,6 @@ bench-scale:
 bench-floor:
 	$(RECORD) bench-floor -- $(BIN)/python scripts/cost/floor.py --sizes $(or $(SIZES),2$(comma)16) --rounds $(or $(ROUNDS),3) --json tests/output/bench-floor.json
 
-# A lost node in a run with restarts: fault -> next first step, goodput and wall time against a clean run (3 rounds).
+# Faults in a run with restarts (a lost node, a killed rank, a hang, a grow-back, a spare): fault -> next first step, goodput and wall time against a clean run (3 rounds; CASES=spare runs one case).
 bench-recovery:
-	$(RECORD) bench-recovery -- $(BIN)/python scripts/cost/recovery.py --rounds $(or $(ROUNDS),3) --steps $(or $(STEPS),1200) --json tests/output/bench-recovery.json
+	$(RECORD) bench-recovery -- $(BIN)/python scripts/cost/recovery.py --rounds $(or $(ROUNDS),3) --steps $(or $(STEPS),1200) $(if $(CASES),--cases $(CASES)) --json tests/output/bench-recovery.json

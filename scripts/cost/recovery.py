@@ -1,10 +1,10 @@
 """What a lost node costs a run with restarts, on the local cluster.
 
-    make bench-recovery [ROUNDS=3] [STEPS=1200]
+    make bench-recovery [ROUNDS=3] [STEPS=1200] [CASES=fault,kill,hang,grow,spare]
     .venv/bin/python scripts/cost/recovery.py [--rounds 3] [--steps 1200] [--micro-batch 16] [--model llama-tiny]
-                                              [--json FILE]
+                                              [--cases fault,kill,...] [--no-spare] [--json FILE]
 
-Back to back, N rounds of five runs of train.yml with the same model, steps, micro-batch and save interval
+Back to back, N rounds of a clean run and each faulted case's run of train.yml with the same model, steps, micro-batch and save interval
 (-e restarts=1 -e save_interval=STEPS/10 -e preflight=false), on the workers of the local cluster.  Micro-batches
 of 16 make a step take about 25 ms on two workers and 36 ms on one (with two micro-batches): long enough that a
 shrunken attempt has the 20 s left that a grow-back needs (module_utils/run/grow.py):
@@ -15,6 +15,9 @@ shrunken attempt has the 20 s left that a grow-back needs (module_utils/run/grow
   kill    rank 1 killed (SIGKILL) at a third of the steps: the next attempt runs on the same nodes
   hang    rank 1 frozen (SIGSTOP) at a third of the steps: alive, its node's agent beating, nothing
           moving; the watch calls the run hung from its pace and the next attempt goes on
+  spare   worker2 stopped at a third of the steps and not back: the spare worker3 takes its place after
+          its check and replacement preflight (the rounds of this case run last: localcluster.py up
+          --spares 1 and site.yml first, the spare removed at the end; --no-spare leaves them out)
   grow    worker2 stopped at a third of the steps and not back within recover_wait (5 s): attempt 2
           goes on with worker1 alone (-e restarts=2 -e min_nodes=1); worker2 started again at attempt
           2's fifth step: the watch checkpoints attempt 2, and attempt 3 runs on both nodes again
@@ -75,13 +78,31 @@ def start_worker2() -> None:
                    check=False, capture_output=True)
 
 
-def inject(run_id: str, step: int, back_after: float, out: dict) -> None:
-    """Stop worker2 once rank 0 reached ``step``, start it again ``back_after`` seconds later."""
+def inject(run_id: str, step: int, back_after, out: dict) -> None:
+    """Stop worker2 once rank 0 reached ``step``, start it again ``back_after`` seconds later (None: after the
+    run)."""
     wait_for_step(run_id, step)
     out["fault_at"] = time.time()
     podman("stop", "-t", "0", "mnds-worker2")
-    time.sleep(back_after)
-    start_worker2()
+    if back_after is not None:
+        time.sleep(back_after)
+        start_worker2()
+
+
+def localcluster(*args: str) -> None:
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), *args], cwd=ROOT, check=True,
+                   capture_output=True)
+
+
+def provision_spare() -> None:
+    """worker3 as the inventory's spare, provisioned like the workers (once, before the rounds)."""
+    localcluster("up", "--spares", "1")
+    t0 = time.time()
+    res = subprocess.run([str(BIN / "ansible-playbook"), "site.yml"], cwd=ROOT, capture_output=True, text=True,
+                         check=False, env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    if res.returncode != 0:
+        raise SystemExit("[bench-recovery] site.yml with the spare failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
+    print(f"spare worker3 provisioned by site.yml in {time.time() - t0:.0f}s", flush=True)
 
 
 def grow_back(run_id: str, step: int, out: dict) -> None:
@@ -124,6 +145,7 @@ def train(run_id: str, args, kind: str) -> dict:
     injector = {"fault": threading.Thread(target=inject, args=(run_id, args.steps // 3, 10.0, fault_info)),
                 "kill": threading.Thread(target=freeze, args=(run_id, args.steps // 3, fault_info, "-KILL")),
                 "hang": threading.Thread(target=freeze, args=(run_id, args.steps // 3, fault_info)),
+                "spare": threading.Thread(target=inject, args=(run_id, args.steps // 3, None, fault_info)),
                 "grow": threading.Thread(target=grow_back, args=(run_id, args.steps // 3, fault_info))}.get(kind)
     if injector:
         injector.start()
@@ -132,10 +154,11 @@ def train(run_id: str, args, kind: str) -> dict:
     wall = time.time() - t0
     if injector:
         injector.join()
-    if kind in ("fault", "grow"):
-        # The cluster's names on worker2 again (podman rewrote its /etc/hosts when it started).
-        subprocess.run([sys.executable, str(ROOT / "scripts" / "localcluster.py"), "up"], cwd=ROOT, check=True,
-                       capture_output=True)
+    if kind == "spare":
+        start_worker2()
+    if kind in ("fault", "grow", "spare"):
+        # The cluster's names on worker2 again (podman rewrote its /etc/hosts when it started), the spare kept.
+        localcluster("up", *(["--spares", "1"] if kind == "spare" else []))
     if res.returncode != 0:
         raise SystemExit(f"[bench-recovery] {run_id} failed:\n" + "\n".join(res.stdout.splitlines()[-30:]))
     summary = json.loads((ROOT / "runs" / run_id / "summary.json").read_text())
@@ -147,6 +170,9 @@ def train(run_id: str, args, kind: str) -> dict:
         out["detection_s"] = detection(run_id, fault_info["fault_at"])
     if kind == "grow":
         out.update(grow_figures(summary, run_id, fault_info))
+    if kind == "spare" and summary["attempts"][1]["nodes"] != ["worker1", "worker3"]:
+        raise SystemExit(f"[bench-recovery] {run_id}: the spare did not take worker2's place: "
+                         f"{summary['attempts'][1]['nodes']}")
     return out
 
 
@@ -208,7 +234,8 @@ def report(results: dict, args) -> dict:
     """The medians of each kind, and each faulted kind's per-round ratios to the clean run and seconds lost."""
     med = dict((k, dict((m, _median(r[m] for r in v)) for m in v[0])) for k, v in results.items())
     ratios, lost = {}, {}
-    for kind in FAULTS:
+    faults = [k for k in results if k != "clean"]
+    for kind in faults:
         pairs = list(zip(results[kind], results["clean"]))
         ratios[kind] = {"wall": _median(f["wall_s"] / c["wall_s"] for f, c in pairs),
                         "goodput": _median(f["goodput"] / c["goodput"] for f, c in pairs)}
@@ -216,19 +243,31 @@ def report(results: dict, args) -> dict:
     print(f"\nmedians over {args.rounds} rounds ({args.model}, {args.steps} steps, micro-batch {args.micro_batch}):")
     for kind, m in med.items():
         print(f"  {kind:6s} " + "  ".join(f"{k} {v:.3g}" for k, v in m.items() if v is not None))
-    for kind in FAULTS:
+    for kind in faults:
         figures = (kind, kind, ratios[kind]["wall"], ratios[kind]["goodput"], lost[kind],
                    med[kind]["fault_to_first_step_s"])
         print("%s: median of the per-round ratios (%s / clean): wall time %.2f, goodput %.2f; seconds lost %.1f; "
               "fault -> next attempt's first step %.1f s" % figures)
-    print("hang: SIGSTOP -> the watch's abort %s s (median)" % _seconds(med["hang"].get("detection_s")))
-    print("grow: worker2 started -> the watch's stop of attempt 2 %s s, -> attempt 3's first step %s s (medians)" % (
-        _seconds(med["grow"].get("grow_detection_s")), _seconds(med["grow"].get("back_to_first_step_s"))))
-    rows = projection(lost["fault"]) if lost["fault"] is not None else []
+    if "hang" in med:
+        print("hang: SIGSTOP -> the watch's abort %s s (median)" % _seconds(med["hang"].get("detection_s")))
+    if "grow" in med:
+        print("grow: worker2 started -> the watch's stop of attempt 2 %s s, -> attempt 3's first step %s s "
+              "(medians)" % (_seconds(med["grow"].get("grow_detection_s")),
+                             _seconds(med["grow"].get("back_to_first_step_s"))))
+    rows = projection(lost["fault"]) if lost.get("fault") is not None else []
     if rows:
         print_projection(rows, lost["fault"])
     return {"rounds": results, "medians": med, "ratios": ratios, "seconds_lost": lost, "model": args.model,
             "steps": args.steps, "micro_batch": args.micro_batch, "projection": rows}
+
+
+def run_rounds(args, kinds, results, stamp) -> None:
+    for rnd in range(1, args.rounds + 1):
+        for kind in kinds:
+            res = train(f"bench-recovery-{stamp}-{rnd}-{kind}", args, kind)
+            results[kind].append(res)
+            print(f"round {rnd} {kind:6s} " + "  ".join(f"{k} {v:.3g}" for k, v in res.items() if v is not None),
+                  flush=True)
 
 
 def main(argv=None) -> int:
@@ -238,19 +277,30 @@ def main(argv=None) -> int:
     p.add_argument("--micro-batch", type=int, default=16)
     p.add_argument("--model", default="llama-tiny")
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-recovery.json"))
+    p.add_argument("--no-spare", dest="spare", action="store_false", help="leave the spare case out")
+    p.add_argument("--cases", default=",".join(FAULTS + ("spare",)),
+                   help="the faulted cases to run, comma-separated (the clean run always runs)")
     args = p.parse_args(argv)
     if args.rounds < 1 or args.steps < 30:
         p.error("--rounds must be at least 1 and --steps at least 30")
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = sorted(set(cases) - set(FAULTS + ("spare",)))
+    if unknown or not cases:
+        p.error("--cases: %s is not among %s" % (", ".join(unknown) or "nothing", ", ".join(FAULTS + ("spare",))))
+    args.spare = args.spare and "spare" in cases
+    faults = tuple(c for c in FAULTS if c in cases)
     if not INVENTORY.exists():
         raise SystemExit("[bench-recovery] no local cluster: make cluster, then ansible-playbook site.yml")
-    results: dict = dict((kind, []) for kind in ("clean",) + FAULTS)
+    results: dict = dict((kind, []) for kind in ("clean",) + faults + (("spare",) if args.spare else ()))
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for rnd in range(1, args.rounds + 1):
-        for kind in ("clean",) + FAULTS:
-            res = train(f"bench-recovery-{stamp}-{rnd}-{kind}", args, kind)
-            results[kind].append(res)
-            print(f"round {rnd} {kind:6s} " + "  ".join(f"{k} {v:.3g}" for k, v in res.items() if v is not None),
-                  flush=True)
+    run_rounds(args, ("clean",) + faults, results, stamp)
+    if args.spare:
+        # Last, and apart: with a spare in the inventory, the lost node of the other cases would get one too.
+        provision_spare()
+        try:
+            run_rounds(args, ("spare",), results, stamp)
+        finally:
+            localcluster("up")  # the spare removed again
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report(results, args), indent=2) + "\n")

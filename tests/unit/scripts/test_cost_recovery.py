@@ -22,6 +22,7 @@ def test_the_report_has_each_kinds_medians_ratios_and_seconds_lost(capsys):
         "fault": [run(150.0, 0.6, fault_to_first_step_s=20.0, recomputed_steps=10),
                   run(160.0, 0.6, fault_to_first_step_s=22.0, recomputed_steps=12),
                   run(120.0, 0.4, fault_to_first_step_s=30.0, recomputed_steps=8)],
+        "spare": [run(130.0, 0.7, fault_to_first_step_s=25.0, recomputed_steps=5)] * 3,
         "kill": [run(110.0, 0.8, fault_to_first_step_s=9.0, recomputed_steps=5),
                  run(111.0, 0.8, fault_to_first_step_s=8.0, recomputed_steps=5),
                  run(112.0, 0.8, fault_to_first_step_s=10.0, recomputed_steps=5)],
@@ -39,11 +40,12 @@ def test_the_report_has_each_kinds_medians_ratios_and_seconds_lost(capsys):
     assert out["medians"]["clean"]["wall_s"] == 100.0
     assert out["medians"]["fault"]["fault_to_first_step_s"] == 22.0
     assert out["medians"]["hang"]["detection_s"] == 11.5  # the round without a record is left out
-    assert out["seconds_lost"] == {"fault": 50.0, "kill": 10.0, "hang": 30.0, "grow": 40.0}
+    assert out["seconds_lost"] == {"fault": 50.0, "spare": 30.0, "kill": 10.0, "hang": 30.0, "grow": 40.0}
     assert abs(out["ratios"]["fault"]["wall"] - 160.0 / 110.0) < 1e-9  # the median of 1.5, 1.45 and 1.33
     assert abs(out["ratios"]["hang"]["goodput"] - 0.7 / 0.9) < 1e-9
     text = capsys.readouterr().out
     assert "hang: SIGSTOP -> the watch's abort 11.5 s (median)" in text
+    assert "spare: median of the per-round ratios (spare / clean): wall time 1.30" in text
     assert "grow: worker2 started -> the watch's stop of attempt 2 8.0 s, -> attempt 3's first step 25.0 s" in text
     assert "fault: median of the per-round ratios (fault / clean): wall time 1.45, goodput 0.67; seconds lost 50.0" \
         in text
