@@ -397,13 +397,20 @@ class ActionModule(ActionBase):
                 loop.replacing = {"why": why, "step": loop.stragglers.step + 1, "since": time.time()}
                 self._poll(task_vars, opts, loop, save=why)
         if loop.replacing is not None and verdict == RUNNING and not action:
-            ask = loop.replacing
-            step = saved_at(loop.status, ask["step"])
-            waited = time.time() - ask["since"]
-            if step is not None or waited > save_wait(loop.pace.longest_save):
-                verdict, reason, action = abort_for_straggler(moved_reason(ask["why"], step is not None, step,
-                                                                           waited))
+            step, waited, ready = self._checkpoint_asked(loop, loop.replacing)
+            if ready:
+                verdict, reason, action = abort_for_straggler(moved_reason(loop.replacing["why"], step is not None,
+                                                                           step, waited))
         return verdict, reason, action
+
+    @staticmethod
+    def _checkpoint_asked(loop, ask):
+        """For the checkpoint the watch asked for (``ask``: its first step and when): the step of the one that
+        answered (None before it), the seconds waited, and whether the watch stops the run now (answered, or
+        stragglers.save_wait passed)."""
+        step = saved_at(loop.status, ask["step"])
+        waited = time.time() - ask["since"]
+        return step, waited, step is not None or waited > save_wait(loop.pace.longest_save)
 
     def _grow(self, task_vars, opts, loop, verdict, reason, action):
         """A shrunken attempt (module_utils/run/grow.py): every few seconds, do the nodes it lacks answer, or is a
@@ -432,14 +439,12 @@ class ActionModule(ActionBase):
                 loop.growing = {"names": names, "step": last + 1, "since": time.time()}
                 self._poll(task_vars, opts, loop, save=why)
         if loop.growing:
-            ask = loop.growing
-            step = saved_at(loop.status, ask["step"])
-            waited = time.time() - ask["since"]
+            step, waited, ready = self._checkpoint_asked(loop, loop.growing)
             if step is not None and opts["total_steps"] and step >= opts["total_steps"]:
                 loop.growing = False  # the final checkpoint: the run ends, it does not grow any more
-            elif step is not None or waited > save_wait(loop.pace.longest_save):
-                verdict, reason, action = abort_to_grow(grow.reason(ask["names"], spec["width"], step is not None,
-                                                                    step, waited))
+            elif ready:
+                verdict, reason, action = abort_to_grow(grow.reason(loop.growing["names"], spec["width"],
+                                                                    step is not None, step, waited))
         return verdict, reason, action
 
     def _gone(self, task_vars, opts, loop, now):
