@@ -171,6 +171,39 @@ def test_a_rank_process_killed_outright_takes_its_forked_rank_with_it(node):
     assert wait_for(lambda: warm.registered(base=str(node["home"])) == {})
 
 
+# A stand-in for DeepSpeed's per-node launcher: what it was given, and whether torch was imported before it ran.
+LAUNCH = """import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "torch": "torch" in sys.modules, "cwd": os.getcwd(),
+                  "start": os.environ.get("MULTINODE_DS_START")}), flush=True)
+sys.exit(int(os.environ.get("RC", "0")))
+"""
+
+
+def test_deepspeeds_node_launcher_forks_from_the_warm_process_and_starts_cold_without_one(node):
+    launcher = node["lib"] / "deepspeed" / "launcher"
+    launcher.mkdir()
+    (launcher / "__init__.py").write_text("")
+    (launcher / "launch.py").write_text(LAUNCH)
+    # (LANG set: an interpreter in the C locale sets LC_CTYPE in its own environment, which the key holds.)
+    env = env_of(node, RC="4", PYTHONPATH=str(node["lib"]), LANG="C.UTF-8")
+    del env["RANK"]  # a launcher, not a rank
+
+    def launch():
+        proc = subprocess.run([sys.executable, "-u", "-m", "multinode_ds.node_launcher", "--node_rank=1", "a b"],
+                              env=env, cwd=str(node["work"]), capture_output=True, text=True, timeout=60)
+        return proc.returncode, json.loads(proc.stdout.splitlines()[-1]), proc.stderr
+
+    # No warm process for this environment: DeepSpeed's launcher starts cold, with what it was given, and says so.
+    rc, seen, err = launch()
+    assert (rc, seen["argv"], seen["torch"], seen["cwd"]) == (4, ["--node_rank=1", "a b"], False, str(node["work"]))
+    assert "DeepSpeed's launcher starts cold: no warm process on this node" in err
+    # With one (the agent's ensure, then a rank): the launcher is forked from it, torch imported already.
+    drive(node, ["script.py"], dict(env, RANK="0"))
+    rc, seen, err = launch()
+    assert (rc, seen["argv"], seen["torch"], seen["cwd"]) == (4, ["--node_rank=1", "a b"], True, str(node["work"])), err
+    assert "cold" not in err and seen["start"] is None, err
+
+
 def test_a_changed_stack_starts_cold_and_says_why(node):
     lines = drive(node, ["script.py"], env_of(node))[0]
     assert lines[2] == {"status": 0}

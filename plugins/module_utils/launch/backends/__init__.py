@@ -161,12 +161,15 @@ class Start(Part):
 
 
 def launch_argv(job, node_rank, sep=None):
-    """``deepspeed.launcher.launch`` with the job's world, master and per-rank logs, as node ``node_rank`` (a
-    number, or pdsh's ``%n``); ``sep="="``: each option and its value as one word (``--node_rank=%n``), as
-    DeepSpeed's pdsh runner writes them."""
+    """``deepspeed.launcher.launch`` (``multinode_ds.node_launcher`` for warm ranks) with the job's world, master and
+    per-rank logs, as node ``node_rank`` (a number, or pdsh's ``%n``); ``sep="="``: each option and its value as one
+    word (``--node_rank=%n``), as DeepSpeed's pdsh runner writes them."""
     options = [("--world_info", world_info(job)), ("--node_rank", node_rank), ("--master_addr", job["master_addr"]),
                ("--master_port", str(job["master_port"])), ("--enable_each_rank_log", job["run_dir"] + "/logs")]
-    argv = [job["venv"] + "/bin/python", "-u", "-m", "deepspeed.launcher.launch"]
+    # With warm ranks, multinode_ds.node_launcher: the same launcher, forked from the node's warm process (its
+    # imports of DeepSpeed and torch done), cold when there is none.
+    argv = [job["venv"] + "/bin/python", "-u", "-m",
+            "multinode_ds.node_launcher" if job.get("warm") else "deepspeed.launcher.launch"]
     for name, value in options:
         argv += [name + sep + value] if sep else [name, value]
     return argv

@@ -48,8 +48,9 @@ def test_pdsh_backend_launches_from_the_coordinator():
     argv = launch["argv"]["coord"]
     assert argv[:-1] == ["pdsh", "-S", "-R", "ssh", "-f", "1024", "-w", "worker1,worker2"]
     remote = shlex.split(argv[-1])
+    # DeepSpeed's per-node launcher, forked from the node's warm process (multinode_ds.node_launcher).
     assert remote[remote.index("exec") + 1:][:4] == [
-        "/opt/multinode-deepspeed/venv/bin/python", "-u", "-m", "deepspeed.launcher.launch"]
+        "/opt/multinode-deepspeed/venv/bin/python", "-u", "-m", "multinode_ds.node_launcher"]
     assert "--master_addr=10.89.0.11" in remote and "--node_rank=%n" in remote
     # Each rank becomes the program from program.json: the user's arguments never reach pdsh's remote shell.
     run_dir = job["run_dir"]
@@ -66,9 +67,12 @@ def test_ssh_free_backend_starts_every_rank_node():
     launch = job["launch"]
     assert launch["launchers"] == ["worker1", "worker2"] and launch["agents"] == ["worker1", "worker2"]
     argv = launch["argv"]["worker2"]
-    assert argv[1:4] == ["-u", "-m", "deepspeed.launcher.launch"] and argv[argv.index("--node_rank") + 1] == "1"
+    assert argv[1:4] == ["-u", "-m", "multinode_ds.node_launcher"] and argv[argv.index("--node_rank") + 1] == "1"
     assert argv[-4:] == ["--module", "multinode_ds.rank", "--run-dir", job["run_dir"]]
     assert launch["ssh_pairs"] == [] and launch["ranks_over_ssh"] is False
+    # Cold ranks, a cold launcher: DeepSpeed's own, as deepspeed --no_ssh starts it.
+    cold = plan({"backend": "ssh-free", "warm_start": "false"}, WORKERS, ["coord"], NOW, backends)
+    assert cold["launch"]["argv"]["worker2"][1:4] == ["-u", "-m", "deepspeed.launcher.launch"]
     assert job["metrics"] is False and job["program"] == ["/shared/user/train.py"]
 
 
