@@ -124,6 +124,35 @@ def close(names: list) -> None:
         podman_exec(COORD, f"ssh -F {WORK}/kept.cfg -O exit {name}", check=False)
 
 
+def run_floor(sizes: list, rounds: int) -> tuple:
+    """Measure every size ``rounds`` times, each with a login per name and with kept connections: (the rounds'
+    figures, their medians), each by size, then "login"/"kept", then "start_s"/"read_s"."""
+    hosts = [pair[0] for pair in workers()]
+    config = dict((w, effective_config(w)) for w in hosts)
+    every = names_for(sizes[-1], hosts)
+    podman_exec(COORD, f"rm -rf {WORK} && mkdir -m 700 {WORK}")
+    for kind in ("login", "kept"):
+        text = ssh_config(every, config, kind == "kept")
+        podman_exec(COORD, f"umask 077 && printf '%s' {shlex.quote(text)} > {WORK}/{kind}.cfg")
+    results = dict((n, {"login": [], "kept": []}) for n in sizes)
+    try:
+        for rnd in range(1, rounds + 1):
+            for n in sizes:
+                for kind in ("login", "kept"):
+                    res = measure(names_for(n, hosts), kind == "kept")
+                    results[n][kind].append(res)
+                    print(f"round {rnd} {n:3d} names {kind:5s}  start {res['start_s']:5.2f} s   read "
+                          f"{res['read_s']:5.2f} s", flush=True)
+    finally:
+        close(every)
+        podman_exec(COORD, f"rm -rf {WORK}", check=False)
+        for worker in hosts:
+            podman_exec(f"mnds-{worker}", f"rm -rf {OUT}", check=False)
+    med = dict((n, dict((kind, dict((m, statistics.median(r[m] for r in runs)) for m in ("start_s", "read_s")))
+                        for kind, runs in by.items())) for n, by in results.items())
+    return results, med
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="2,16", help="node names per measurement, comma-separated (default 2,16)")
@@ -139,28 +168,7 @@ def main(argv=None) -> int:
     if not INVENTORY.exists():
         raise SystemExit("[bench-floor] no local cluster: make cluster, then ansible-playbook site.yml")
     hosts = [pair[0] for pair in workers()]
-    config = dict((w, effective_config(w)) for w in hosts)
-    every = names_for(sizes[-1], hosts)
-    podman_exec(COORD, f"rm -rf {WORK} && mkdir -m 700 {WORK}")
-    for kind in ("login", "kept"):
-        text = ssh_config(every, config, kind == "kept")
-        podman_exec(COORD, f"umask 077 && printf '%s' {shlex.quote(text)} > {WORK}/{kind}.cfg")
-    results = dict((n, {"login": [], "kept": []}) for n in sizes)
-    try:
-        for rnd in range(1, args.rounds + 1):
-            for n in sizes:
-                for kind in ("login", "kept"):
-                    res = measure(names_for(n, hosts), kind == "kept")
-                    results[n][kind].append(res)
-                    print(f"round {rnd} {n:3d} names {kind:5s}  start {res['start_s']:5.2f} s   read "
-                          f"{res['read_s']:5.2f} s", flush=True)
-    finally:
-        close(every)
-        podman_exec(COORD, f"rm -rf {WORK}", check=False)
-        for worker in hosts:
-            podman_exec(f"mnds-{worker}", f"rm -rf {OUT}", check=False)
-    med = dict((n, dict((kind, dict((m, statistics.median(r[m] for r in runs)) for m in ("start_s", "read_s")))
-                        for kind, runs in by.items())) for n, by in results.items())
+    results, med = run_floor(sizes, args.rounds)
     print(f"\nmedians over {args.rounds} rounds ({len(hosts)} workers; start: to the last agent started, read: "
           "to pdsh's end):")
     print(f"{'names':>6s}{'start, login':>14s}{'start, kept':>13s}{'read, login':>13s}{'read, kept':>12s}")
