@@ -2,6 +2,7 @@
 
     make bench-scale [SIZES=2,4,8,16] [ROUNDS=2] [STEPS=5]
     .venv/bin/python scripts/cost/scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--json FILE]
+    .venv/bin/python scripts/cost/scale.py --from-json FILE     # the report of an earlier measurement again
 
 For each size N (workers, one rank each; N + 1 nodes with the coordinator): the local cluster is made
 again with N workers, site.yml runs (the first, timed) and once more with nothing to change (timed,
@@ -21,8 +22,9 @@ per node of the job.  After the launches, on the same cluster, make bench-floor'
 no Ansible) with one name per worker, ROUNDS times: its start + read with a login per node and over kept
 connections.  Prints a table (medians over the rounds), its ratio to the smallest size, and from the smallest size
 to the largest how much Ansible's part grew against the floor's growth over kept connections (the target: at most
-1.3 times), draws tests/output/bench-scale.png and writes the numbers as JSON.  The cluster is left at the last
-size.
+1.3 times), then, on paper, a launch at 64, 256 and 1024 nodes from the measured per-node constants (``projection``:
+Ansible's waves of forks, the controller's CPU, pdsh's fan-out of logins) and its first bottleneck at each size.
+Draws tests/output/bench-scale.png and writes the numbers as JSON.  The cluster is left at the last size.
 """
 from __future__ import annotations
 
@@ -40,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 sys.path.insert(0, str(ROOT / "scripts"))
 from cost.floor import run_floor  # noqa: E402  pylint: disable=wrong-import-position
+from cost.launch import workers as cost_workers  # noqa: E402  pylint: disable=wrong-import-position
 from cost.site import localcluster, site  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -88,15 +91,20 @@ def phases(run: Path, t0: float, end: float) -> dict:
             "done_to_end_s": end - done, "wall_s": end - t0, "ranks": len(metrics)}
 
 
-def one_size(workers: int, rounds: int, steps: int) -> dict:
+def one_size(workers: int, rounds: int, steps: int, keep: bool = False) -> dict:
     nodes = workers + 1
-    print(f"[bench-scale] {nodes} nodes: a fresh cluster of {workers} workers", flush=True)
-    localcluster("down")
-    localcluster("up", "--workers", str(workers))
-    first = site(f"scale-{nodes}-first")
-    noop = site(f"scale-{nodes}-noop")
-    print(f"[bench-scale] {nodes} nodes: site.yml first {first['wall_s']:.1f} s, no-op {noop['wall_s']:.1f} s",
-          flush=True)
+    if keep and len(cost_workers()) == workers:
+        # The cluster already has this size, provisioned (--keep): its launches and floor only.
+        print(f"[bench-scale] {nodes} nodes: the cluster as it is (no site.yml timed)", flush=True)
+        first = noop = {"wall_s": None}
+    else:
+        print(f"[bench-scale] {nodes} nodes: a fresh cluster of {workers} workers", flush=True)
+        localcluster("down")
+        localcluster("up", "--workers", str(workers))
+        first = site(f"scale-{nodes}-first")
+        noop = site(f"scale-{nodes}-noop")
+        print(f"[bench-scale] {nodes} nodes: site.yml first {first['wall_s']:.1f} s, no-op {noop['wall_s']:.1f} s",
+              flush=True)
     launches = []
     for rnd in range(1, rounds + 1):
         res = launch(f"bench-scale-{nodes}-{int(time.time())}-{rnd}", steps)
@@ -115,7 +123,8 @@ def one_size(workers: int, rounds: int, steps: int) -> dict:
     print(f"[bench-scale] {nodes} nodes: the floor (start + read) with a login per node {floor['login']['sum_s']:.2f} s,"
           f" over kept connections {floor['kept']['sum_s']:.2f} s", flush=True)
     return {"nodes": nodes, "workers": workers, "site_first_s": first["wall_s"], "site_noop_s": noop["wall_s"],
-            "site_noop_per_node_s": noop["wall_s"] / nodes, "launches": launches, "median": med, "floor": floor}
+            "site_noop_per_node_s": noop["wall_s"] / nodes if noop["wall_s"] is not None else None,
+            "launches": launches, "median": med, "floor": floor}
 
 
 def growth(results: list[dict]) -> dict:
@@ -143,7 +152,8 @@ def plot(results: list[dict], path: Path) -> None:
     left.set_ylabel("seconds (median)")
     left.set_title("A launch, by phase")
     left.legend(fontsize="small")
-    right.plot(xs, [r["site_noop_per_node_s"] for r in results], marker="o")
+    right.plot(xs, [r["site_noop_per_node_s"] if r["site_noop_per_node_s"] is not None else float("nan")
+                    for r in results], marker="o")
     right.set_xlabel("workers")
     right.set_ylabel("seconds per node")
     right.set_title("site.yml with nothing to change")
@@ -165,13 +175,105 @@ def write(results: list[dict], args, out: Path) -> None:
                               indent=2) + "\n")
 
 
+# The projection's sizes (nodes), and its assumption of the controller's and the coordinator's cores (a real
+# controller, not this 2-core machine).
+PROJECT_NODES = (64, 256, 1024)
+PROJECT_CORES = 8
+FORKS = 64  # ansible.cfg
+
+
+def constants(results: list[dict]) -> dict:
+    """The per-node constants the projection scales, from the smallest size and the largest measured:
+
+    cpu_fixed_s, cpu_per_node_s   the controller's CPU per launch: what every launch costs, and each node more;
+    login_cpu_per_node_s          a pdsh login's CPU more than a kept connection's, per node (on this machine both
+                                  ends of the login share two cores: its wall-clock growth times two);
+    ansible_wave_s                Ansible's part at the smallest size: the play with every per-node task in one
+                                  wave of forks."""
+    lo, hi = results[0], results[-1]
+    nodes = hi["nodes"] - lo["nodes"]
+    cpu_per_node = (hi["median"]["controller_cpu_s"] - lo["median"]["controller_cpu_s"]) / nodes
+    login_extra = ((hi["floor"]["login"]["sum_s"] - hi["floor"]["kept"]["sum_s"])
+                   - (lo["floor"]["login"]["sum_s"] - lo["floor"]["kept"]["sum_s"]))
+    return {"cpu_fixed_s": lo["median"]["controller_cpu_s"] - cpu_per_node * lo["nodes"],
+            "cpu_per_node_s": cpu_per_node, "login_cpu_per_node_s": max(0.0, login_extra * 2 / nodes),
+            "ansible_wave_s": lo["median"]["ansible_s"]}
+
+
+def projection(results: list[dict], sizes=PROJECT_NODES, cores=PROJECT_CORES, forks=FORKS) -> list[dict]:
+    """A launch's own cost at ``sizes`` nodes (the coordinator and the workers), on paper, from ``constants``:
+
+    forks        Ansible runs each per-node task on at most ``forks`` nodes at once: ceil(nodes / forks) waves
+    controller   the controller's CPU for the launch over its ``cores``
+    fan-out      pdsh's logins from the coordinator, all at once (-f 1024), over its ``cores``
+
+    Ansible's part is the larger of the waves and the CPU (they overlap), plus pdsh's fan-out; the nodes' own
+    reads and agents run on their own CPUs at once and add no more as the cluster grows.  The first bottleneck is
+    the part that grew most."""
+    k = constants(results)
+    out = []
+    for nodes in sizes:
+        waves = -(-nodes // forks)
+        parts = {"forks_s": (waves - 1) * k["ansible_wave_s"],
+                 "controller_s": (k["cpu_fixed_s"] + k["cpu_per_node_s"] * nodes) / cores,
+                 "fanout_s": k["login_cpu_per_node_s"] * nodes / cores}
+        launch = k["ansible_wave_s"] + max(parts["forks_s"], parts["controller_s"]) + parts["fanout_s"]
+        out.append(dict(parts, nodes=nodes, waves=waves, launch_s=launch,
+                        bottleneck=max(parts, key=parts.get)[:-2]))
+    return out
+
+
+def _shown(value, width, fmt):
+    return format(value, f"{width}{fmt}") if value is not None else "-".rjust(width)
+
+
+def report(results: list[dict]) -> None:
+    results = sorted(results, key=lambda r: r["workers"])
+    base = results[0]["median"]["ansible_s"]
+    print(f"\n{'workers':>8s}{'start (s)':>11s}{'end (s)':>9s}{'Ansible (s)':>13s}{'ratio':>7s}{'ranks start (s)':>17s}"
+          f"{'ranks exit (s)':>16s}{'done->end (s)':>15s}{'whole (s)':>11s}{'site no-op/node (s)':>21s}"
+          f"{'floor kept (s)':>16s}{'floor login (s)':>17s}{'controller CPU/node (s)':>25s}")
+    for r in results:
+        m = r["median"]
+        print(f"{r['workers']:8d}{m['before_s']:11.1f}{m['after_s']:9.1f}{m['ansible_s']:13.1f}"
+              f"{m['ansible_s'] / base:7.2f}{m['ranks_s']:17.1f}{m['exit_s']:16.1f}{m['done_to_end_s']:15.1f}"
+              f"{m['wall_s']:11.1f}{_shown(r['site_noop_per_node_s'], 21, '.2f')}{r['floor']['kept']['sum_s']:16.2f}"
+              f"{r['floor']['login']['sum_s']:17.2f}{m['controller_cpu_per_node_s']:25.3f}")
+    if len(results) < 2:
+        return
+    g = growth(results)
+    kept = "%.2f" % g["ansible_to_floor_kept"] if g["ansible_to_floor_kept"] else "n/a"
+    login = "%.2f" % g["ansible_to_floor_login"] if g["ansible_to_floor_login"] else "n/a"
+    print(f"\nfrom {g['from_workers']} to {g['to_workers']} workers: Ansible's part grew by {g['ansible_s']:.2f} s,"
+          f" the floor over kept connections by {g['floor_kept_s']:.2f} s, with a login per node by "
+          f"{g['floor_login_s']:.2f} s: {kept} times the kept floor's growth (target: at most 1.3), "
+          f"{login} times the login floor's")
+    k = constants(results)
+    print(f"\nthe constants: the controller's CPU per launch {k['cpu_fixed_s']:.2f} s + {k['cpu_per_node_s']:.3f} s "
+          f"per node; a pdsh login {k['login_cpu_per_node_s']:.3f} CPU-s per node more than a kept connection; "
+          f"one wave of Ansible's part {k['ansible_wave_s']:.2f} s")
+    print(f"on paper, with {PROJECT_CORES} cores on the controller and on the coordinator and forks = {FORKS}:")
+    print(f"{'nodes':>7s}{'waves':>7s}{'forks (s)':>11s}{'controller (s)':>16s}{'fan-out (s)':>13s}"
+          f"{'launch (s)':>12s}  first bottleneck")
+    for row in projection(results):
+        print(f"{row['nodes']:7d}{row['waves']:7d}{row['forks_s']:11.1f}{row['controller_s']:16.1f}"
+              f"{row['fanout_s']:13.1f}{row['launch_s']:12.1f}  {row['bottleneck']}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default="2,4,8,16", help="worker counts, comma-separated (1 to 16)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-scale.json"))
+    p.add_argument("--keep", action="store_true",
+                   help="at a size the running cluster already has, provisioned: use it as it is (no site.yml timed)")
+    p.add_argument("--from-json", metavar="FILE",
+                   help="measure nothing: the table, the growth against the floor and the projection of FILE")
     args = p.parse_args(argv)
+    if args.from_json:
+        report(json.loads(Path(args.from_json).read_text())["sizes"])
+        return 0
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     except ValueError:
@@ -182,28 +284,10 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
     for n in sizes:  # the numbers are written after every size: a later size that fails keeps the earlier ones
-        results.append(one_size(n, args.rounds, args.steps))
+        results.append(one_size(n, args.rounds, args.steps, keep=args.keep))
         write(results, args, out)
-    results.sort(key=lambda r: r["workers"])
-    base = results[0]["median"]["ansible_s"]
-    print(f"\n{'workers':>8s}{'start (s)':>11s}{'end (s)':>9s}{'Ansible (s)':>13s}{'ratio':>7s}{'ranks start (s)':>17s}"
-          f"{'ranks exit (s)':>16s}{'done->end (s)':>15s}{'whole (s)':>11s}{'site no-op/node (s)':>21s}"
-          f"{'floor kept (s)':>16s}{'floor login (s)':>17s}{'controller CPU/node (s)':>25s}")
-    for r in results:
-        m = r["median"]
-        print(f"{r['workers']:8d}{m['before_s']:11.1f}{m['after_s']:9.1f}{m['ansible_s']:13.1f}"
-              f"{m['ansible_s'] / base:7.2f}{m['ranks_s']:17.1f}{m['exit_s']:16.1f}{m['done_to_end_s']:15.1f}"
-              f"{m['wall_s']:11.1f}{r['site_noop_per_node_s']:21.2f}{r['floor']['kept']['sum_s']:16.2f}"
-              f"{r['floor']['login']['sum_s']:17.2f}{m['controller_cpu_per_node_s']:25.3f}")
-    if len(results) > 1:
-        g = growth(results)
-        kept = "%.2f" % g["ansible_to_floor_kept"] if g["ansible_to_floor_kept"] else "n/a"
-        login = "%.2f" % g["ansible_to_floor_login"] if g["ansible_to_floor_login"] else "n/a"
-        print(f"\nfrom {g['from_workers']} to {g['to_workers']} workers: Ansible's part grew by {g['ansible_s']:.2f} s,"
-              f" the floor over kept connections by {g['floor_kept_s']:.2f} s, with a login per node by "
-              f"{g['floor_login_s']:.2f} s: {kept} times the kept floor's growth (target: at most 1.3), "
-              f"{login} times the login floor's")
-    plot(results, out.with_suffix(".png"))
+    report(results)
+    plot(sorted(results, key=lambda r: r["workers"]), out.with_suffix(".png"))
     print(f"\n{out}\n{out.with_suffix('.png')}")
     return 0
 

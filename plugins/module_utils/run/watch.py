@@ -342,13 +342,25 @@ def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, 
     first step, a fixed ``startup_timeout`` (model load, DeepSpeed's init, the first collective).  Without metrics
     (a user's script), the newest write to the ranks' logs (``status["logs_mtime"]``), at least ``log_floor``: a
     script that logs nothing for that long looks stalled.  A node that is compiling a DeepSpeed op
-    (``compiling``) is not stalled: the run's timeout bounds a build that never ends."""
+    (``compiling``) is not stalled: the run's timeout bounds a build that never ends.  A rank that wrote its done
+    record (``status["done_ranks"]``) is past its steps: only the others are judged by them, and once every rank is
+    done, their exit gets the startup allowance."""
     if compiling(status):
         return None
     ranks = status.get("ranks") or {}
     pace = (pace or Pace()).see(ranks)
     steps = dict((int(r), rec) for r, rec in ranks.items() if rec.get("event") == "step")
-    if steps:
+    # A rank that wrote its done record has no step left: the ranks still at work say whether the run moves.
+    done = set(r for r in status.get("done_ranks") or [] if isinstance(r, int))
+    working = dict((r, rec) for r, rec in steps.items() if r not in done)
+    if steps and not working:
+        # Every rank is past its work: the ranks' and the launchers' exit (a last barrier, the process group's end,
+        # sixteen ranks on two cores: many seconds), bounded like a start.
+        last = max(float(rec.get("time") or 0) for rec in steps.values())
+        limit = max(float(stall_timeout or 0), float(startup_timeout), pace.step_limit())
+        signal_name = "every rank wrote its done record, but the ranks did not exit"
+    elif steps:
+        steps = working
         last, limit, signal_name = _step_silence(steps, pace, stall_timeout, startup_timeout)
     elif status.get("logs_mtime") and not ranks:
         last = float(status["logs_mtime"])
@@ -362,14 +374,14 @@ def stalled(status, now, started_at, stall_timeout=None, startup_timeout=300.0, 
     if silent <= limit:
         return None
     behind = {}
-    if steps:
+    if working:
         low = min(rec.get("step", 0) for rec in steps.values())
         for rank, rec in sorted(steps.items()):
             if rec.get("step", 0) == low:
                 host = rec.get("host") or (rank_hosts or {}).get(rank) or "?"
                 behind.setdefault(host, []).append(rank)
-        where = "; the last step of every rank is %d" % low if len(set(r.get("step", 0) for r in steps.values())) == 1 \
-            else "; ranks %s on %s are behind, at step %d" % (
+        where = "; the last step of every rank%s is %d" % (" not done" if done else "", low) \
+            if len(set(r.get("step", 0) for r in steps.values())) == 1 else "; ranks %s on %s are behind, at step %d" % (
                 ", ".join(str(r) for rs in behind.values() for r in rs), ", ".join(sorted(behind)), low)
     else:
         where = ""

@@ -102,3 +102,24 @@ def test_the_hang_limits_bounds_are_checked(settings, message):
     job = plan({"stall_floor": "5", "stall_ceiling": "600"}, workers, ["coord"], datetime.datetime(2026, 11, 23),
                backends)
     assert (job["stall_floor"], job["stall_ceiling"]) == (5, 600)
+
+
+def test_ranks_past_their_work_are_not_a_stall_while_they_exit():
+    # Recorded: 16 ranks on the 2-core local cluster wrote their done records at 44.76, then took more than 13 s to
+    # exit (the last barrier, the process group's end); the watch had called that a hung collective.
+    ranks = dict((str(r), step(r, 5, 1795963544.4, "worker%d" % (r + 1), 0.36)) for r in range(16))
+    status = {"ranks": ranks, "done_ranks": list(range(16))}
+    assert stalled(status, now=1795963557.8, started_at=1795963530.0) is None
+    got = stalled(status, now=1795963544.4 + 301, started_at=1795963530.0)
+    assert got["reason"] == "the run stalled: every rank wrote its done record, but the ranks did not exit for " \
+                            "301s (limit 300s)" and got["behind"] == {}
+
+
+def test_only_the_ranks_not_done_are_behind():
+    status = {"ranks": {"0": step(0, 30, 1000.0, "worker1"), "1": step(1, 29, 990.0, "worker2"),
+                        "2": step(2, 30, 1000.0, "worker3")}, "done_ranks": [0, 2]}
+    assert stalled(status, now=999.0, started_at=900.0) is None
+    got = stalled(status, now=1001.0, started_at=900.0)
+    # Ranks 0 and 2 finished: rank 1's silence since 990 is the run's, and only it is named.
+    assert got["behind"] == {"worker2": [1]}
+    assert got["reason"].endswith("for 11s (limit 10s); the last step of every rank not done is 29"), got["reason"]
