@@ -10,11 +10,18 @@ of a few windows of it, so that a moment of load on a healthy node does not make
 throttled clock, which slow every window, still do.  Every rank node measures at the same time, so a load they
 share slows them alike.  The controller compares the figures across the job's nodes
 and with each node's own past (plugins/module_utils/preflight/health.py).  Needs numpy (the stack's venv has it).
+
+Where ``nvidia-smi`` is on the PATH, ``gpu`` carries what it says of each GPU (``query``: its CSV of GPU_FIELDS, with
+``fields`` the ones this driver knows) and the kernel log's Xid lines (``xid``), read as they are: the controller
+judges them (plugins/module_utils/preflight/gpu_health.py).
 """
 import argparse
 import json
 import os
+import re
+import shutil
 import socket
+import subprocess
 import sys
 import time
 
@@ -23,6 +30,14 @@ MATMUL = 1024
 WINDOWS = 4
 COPY_BYTES = 64 << 20
 WRITE_BYTES = 4 << 20
+# What nvidia-smi --query-gpu reports of each GPU's health.  A field this driver does not know is replaced by the
+# next name of its tuple (drivers before 535 call the clock event reasons throttle reasons), or left out.
+GPU_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
+              "remapped_rows.pending", "remapped_rows.failure",
+              ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+GPU_SECONDS = 30
+XID_LINES = 50
 
 
 def sustained(work, seconds, least=3):
@@ -83,6 +98,56 @@ def shared_write_mbps(directory, seconds):
             pass
 
 
+def _output(argv):
+    """(exit code, stdout, stderr) of ``argv``, or (None, "", why) when it could not run or did not end in time."""
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=GPU_SECONDS, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, "", "%s: %s" % (type(exc).__name__, exc)
+    return res.returncode, res.stdout, res.stderr
+
+
+def gpu_query(smi):
+    """``{"fields", "query"}``: nvidia-smi's CSV of the GPU_FIELDS this driver knows, or ``{"error"}``."""
+    choices = [list(f) if isinstance(f, tuple) else [f] for f in GPU_FIELDS]
+    while True:
+        fields = [c[0] for c in choices if c]
+        rc, out, err = _output([smi, "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+        unknown = re.search(r'Field "([^"]+)" is not a valid field', out + err)
+        if rc is None or not rc or not unknown or unknown.group(1) not in fields[2:]:
+            break
+        choices[[c[0] if c else None for c in choices].index(unknown.group(1))].pop(0)
+    if rc is None:
+        return {"error": "nvidia-smi did not answer within %d s (%s)" % (GPU_SECONDS, err)}
+    if rc:
+        return {"error": ((out + err).strip() or "exit code %d" % rc)[-300:], "rc": rc}
+    return {"fields": fields, "query": out}
+
+
+def kernel_xids():
+    """``{"xid": [the kernel log's last NVRM Xid lines]}``, or ``{"xid_error"}`` when the log cannot be read (dmesg
+    is restricted to root and the run account is not in the systemd-journal group)."""
+    why = []
+    for argv in (["dmesg"], ["journalctl", "-k", "-b", "-q", "--no-pager", "-o", "short-monotonic"]):
+        if not shutil.which(argv[0]):
+            continue
+        rc, out, err = _output(argv)
+        if rc == 0 and out.strip():
+            return {"xid": [ln.strip() for ln in out.splitlines() if "NVRM: Xid" in ln][-XID_LINES:]}
+        why.append("%s: %s" % (argv[0], (err.strip() or ("no kernel messages" if rc == 0 else "exit code %s" % rc))[-120:]))
+    return {"xid_error": "; ".join(why) or "neither dmesg nor journalctl is installed"}
+
+
+def gpu_readings():
+    """What nvidia-smi and the kernel log say of this node's GPUs; None where nvidia-smi is not installed."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    out = gpu_query(smi)
+    out.update(kernel_xids())
+    return out
+
+
 def measure(shared, seconds):
     """The node's figures."""
     out = {"host": socket.gethostname()}
@@ -94,6 +159,9 @@ def measure(shared, seconds):
         except (OSError, ImportError, ValueError, MemoryError) as exc:
             out[key] = None
             out.setdefault("errors", {})[key] = "%s: %s" % (type(exc).__name__, exc)
+    gpu = gpu_readings()
+    if gpu is not None:
+        out["gpu"] = gpu
     return out
 
 

@@ -242,3 +242,22 @@ def start_registry(root, auth=False):
             assert proc.poll() is None, (root / "log").read_text()
             time.sleep(0.2)
     raise AssertionError("docker-registry did not listen on %d: %s" % (port, (root / "log").read_text()))
+
+
+def fake_gpu(node, fixture):
+    """A fake nvidia-smi on the node that prints a fixture's output (tests/fixtures/nvidia-smi/<fixture>), and a fake
+    dmesg printing the fixture's dmesg.txt where it has one."""
+    name, src = node_name(node), ROOT / "tests" / "fixtures" / "nvidia-smi" / fixture
+    podman("exec", name, "mkdir", "-p", "/opt/mnds-fixtures", "/etc/multinode-deepspeed-test")
+    assert podman("cp", str(src), f"{name}:/opt/mnds-fixtures/nvidia-smi").returncode == 0
+    fake = ROOT / "tests" / "fixtures" / "bin" / "nvidia-smi"
+    assert podman("cp", str(fake), f"{name}:/usr/local/bin/nvidia-smi").returncode == 0
+    podman("exec", name, "sh", "-c", "echo /opt/mnds-fixtures/nvidia-smi > /etc/multinode-deepspeed-test/nvidia-smi-fixture")
+    if (src / "dmesg.txt").exists():
+        podman("exec", name, "sh", "-c", "printf '#!/bin/sh\\nexec cat /opt/mnds-fixtures/nvidia-smi/dmesg.txt\\n' "
+               "> /usr/local/bin/dmesg && chmod 755 /usr/local/bin/dmesg")
+
+
+def remove_fake_gpu(node):
+    podman("exec", node_name(node), "rm", "-rf", "/usr/local/bin/nvidia-smi", "/usr/local/bin/dmesg",
+           "/opt/mnds-fixtures", "/etc/multinode-deepspeed-test")

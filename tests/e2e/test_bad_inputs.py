@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import INVENTORY, node_name
+from e2e_nodes import INVENTORY, fake_gpu, node_name, remove_fake_gpu
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +111,6 @@ def test_bad_input_fails_before_the_nodes_change(provisioned, run_playbook, tmp_
     assert "Start the run's agent" not in res.out
 
 
-FIXTURES = ROOT / "tests" / "fixtures"
 SITE_CASES = [
     # (id, extra vars, inventory change, expected message fragments) for site.yml (issue 3)
     ("unknown-nccl-profile", [], ("worker2", "nccl_profile: rdma"),
@@ -127,20 +126,6 @@ SITE_CASES = [
      ["worker2: stack_torch_version 2.13.0 needs driver >= 560.28.03", "535.183.01",
       "Fix: upgrade the NVIDIA driver on worker2"]),
 ]
-
-
-def fake_gpu(node, fixture):
-    """A fake nvidia-smi on the node that prints captured output (tests/fixtures/nvidia-smi/<fixture>)."""
-    name = node_name(node)
-    podman("exec", name, "mkdir", "-p", "/opt/mnds-fixtures", "/etc/multinode-deepspeed-test")
-    assert podman("cp", str(FIXTURES / "nvidia-smi" / fixture), f"{name}:/opt/mnds-fixtures/nvidia-smi").returncode == 0
-    assert podman("cp", str(FIXTURES / "bin" / "nvidia-smi"), f"{name}:/usr/local/bin/nvidia-smi").returncode == 0
-    podman("exec", name, "sh", "-c", "echo /opt/mnds-fixtures/nvidia-smi > /etc/multinode-deepspeed-test/nvidia-smi-fixture")
-
-
-def remove_fake_gpu(node):
-    podman("exec", node_name(node), "rm", "-rf", "/usr/local/bin/nvidia-smi", "/opt/mnds-fixtures",
-           "/etc/multinode-deepspeed-test")
 
 
 @pytest.mark.parametrize("case", SITE_CASES, ids=[c[0] for c in SITE_CASES])

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_nodes import node_name
+from e2e_nodes import fake_gpu, node_name, remove_fake_gpu
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +90,30 @@ def test_preflight_passes_with_tables_in_under_a_minute(provisioned, run_playboo
     print(f"preflight.yml on a warm cluster: {res.wall:.1f} s; busbw {bw['busbw_gbps']:.3f} GB/s "
           f"(threshold {bw['threshold_gbps']:.3f})")
     assert res.wall < 60, f"preflight took {res.wall:.0f} s"
+
+
+def test_a_worker_whose_gpus_report_faults_is_refused_naming_each(provisioned, run_playbook):
+    """Issue 47, point 3: worker1's nvidia-smi and kernel log (a fake replaying tests/fixtures/nvidia-smi/
+    h100-8-faults) show an uncorrected ECC error, a pending row remap, a failed remap, a x8 link, a hardware
+    slowdown and an Xid 79; preflight's health check (multinode_ds.health on the node, judged on the controller)
+    refuses worker1, names each GPU and the fix, and passes worker2."""
+    fake_gpu("worker1", "h100-8-faults")
+    try:
+        res = run_preflight(run_playbook, "preflight-gpu-faults", "-e", "preflight_bandwidth=false",
+                            "-e", "preflight_health_action=fail")
+    finally:
+        remove_fake_gpu("worker1")
+    assert res.rc != 0, res.tail()
+    text = " ".join(res.out.split())
+    for fragment in ("worker1 GPU 2 (00000000:3A:00.0) has 2 uncorrected ECC error(s) since the driver loaded",
+                     "worker1 GPU 3 (00000000:5D:00.0) has a row remap waiting for a GPU reset",
+                     "worker1 GPU 5 (00000000:AB:00.0)'s PCIe link runs at x8 of its x16",
+                     "worker1's GPU at PCI:0000:ba:00 logged Xid 79 (the GPU fell off the bus)",
+                     "Fix: drain it and reset the GPU (nvidia-smi -r -i 2) or reboot the node"):
+        assert fragment in text, "%r not in:\n%s" % (fragment, res.tail(30))
+    health = dict((v["host"], v) for v in res.report["verdicts"] if v["check"] == "health")
+    assert health["worker1"]["status"] == "fail" and health["worker2"]["status"] in ("pass", "warn"), health
+    assert ("health", "worker1") in failures(res.report)
 
 
 def test_train_reuses_a_passing_preflight_until_the_stack_changes(provisioned, run_playbook):

@@ -264,24 +264,16 @@ def test_ctrl_c_during_the_recovery_wait_starts_nothing_new(worker2_back, tmp_pa
     on_coord(f"rm -f {lock}")
 
 
-def _rank_log_says(run_id, attempt, rank, text, seconds=300):
-    """Wait until the rank's log of ``attempt`` on the cluster has ``text``; whether it did."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        logs = f"/shared/runs/{run_id}/attempts/{attempt}/logs/*_rank{rank}.log"
-        if on_coord(f"grep -qs -- '{text}' {logs}").returncode == 0:
-            return True
-        time.sleep(0.5)
-    return False
-
-
 def test_a_users_script_resumes_from_its_own_checkpoint_across_a_killed_rank(provisioned, run_playbook):
     put_user_script("user_resume_script.py", "resume_mlp.py")
     run_id = f"e2e-recover-user-{int(time.time())}"
-    kill = ["exec", node_name("worker2"), "pkill", "-9", "-f", "--", "-u /shared/user/resume_mlp.py"]
+    # The kill waits on worker2 itself for its rank's own log to say step 5 (no podman exec between seeing the step
+    # and the kill, which on a busy machine took longer than the 15 steps left); [r] keeps pkill off this shell.
+    watch = (f"until grep -qs 'step 5 ' /shared/runs/{run_id}/attempts/1/logs/*_rank1.log; do sleep 0.1; done; "
+             "pkill -9 -f -- '-u /shared/user/[r]esume_mlp.py'")
     at = {}
     t = threading.Thread(target=lambda: at.setdefault(
-        "kill", _rank_log_says(run_id, 1, 0, "step 9 ") and podman(*kill)))
+        "kill", podman("exec", node_name("worker2"), "timeout", "300", "sh", "-c", watch).returncode == 0))
     t.start()
     res = run_playbook("train.yml", "-e", "restarts=1", "-e", "entrypoint=/shared/user/resume_mlp.py",
                        "-e", "args='--steps 20'", "-e", f"run_id={run_id}", "-e", "preflight=false",
@@ -293,5 +285,5 @@ def test_a_users_script_resumes_from_its_own_checkpoint_across_a_killed_rank(pro
     logs = ROOT / "runs" / run_id / "attempts" / "2" / "logs"
     text = "".join(p.read_text() for p in logs.glob("*_rank*.log"))
     resumed = [int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if "resumed from step" in line]
-    assert len(resumed) == 2 and resumed[0] >= 8, text[-2000:]
+    assert len(resumed) == 2 and 4 <= resumed[0] < 20, text[-2000:]
     assert "step 20 loss" in text and "step 1 loss" not in text

@@ -10,7 +10,8 @@ and with the median of the node's own figures in its last passing preflights (th
 beside the preflight records).  Below ``health_fraction`` of its peers it is a failure (``health_action=fail``) or
 a warning (``warn``), with the figure, the reference and the fix; below that share of its own past only a warning,
 unless the node has no peer in the job (the past was measured under another load; the peers at the same moment).
-A slow memory copy or write to the shared directory is only a warning.
+A slow memory copy or write to the shared directory is only a warning.  On a GPU node, what nvidia-smi and the
+kernel log say of its GPUs is judged too (gpu_health.py).
 
 Pure functions, no Ansible import.
 """
@@ -21,6 +22,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight import gpu_health
 from ansible_collections.multinode.deepspeed.plugins.module_utils.preflight.verdicts import FAIL, PASS, WARN, verdict
 
 # figure -> (what the node does, unit, what to look at when it is low)
@@ -75,6 +77,36 @@ def _median(values):
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
 
 
+def _figure_problems(host, mine, figures, history, fraction):
+    """(message, fix, refuses) for the node's figures below ``fraction`` of its peers' median or its own past's."""
+    out = []
+    for key, does, unit, fix in METRICS:
+        value = _number(mine.get(key))
+        if value is None:
+            continue
+        peers = [_number((figures[h] or {}).get(key)) for h in figures if h != host]
+        peers = [p for p in peers if p is not None]
+        # Its peers, measured at the same moment, are the fair reference; its own past (another load, another
+        # day) decides alone only when it has no peer.
+        if peers and value < fraction * _median(peers):
+            out.append(("%s %s %s %s, %.0f%% of the other nodes' median %s %s" % (
+                host, does, _shown(value), unit, 100 * value / _median(peers), _shown(_median(peers)), unit), fix,
+                key not in WARN_ONLY))
+        past = [_number(p.get(key)) for p in (history or {}).get(host) or [] if isinstance(p, dict)]
+        past = [p for p in past if p is not None]
+        if len(past) >= LEAST_HISTORY and value < fraction * _median(past):
+            out.append(("%s %s %s %s, %.0f%% of its own median %s %s over its last %d passing preflights" % (
+                host, does, _shown(value), unit, 100 * value / _median(past), _shown(_median(past)), unit, len(past)),
+                fix, key not in WARN_ONLY and not peers))
+    return out
+
+
+def _seen_xids(history, host):
+    """The kernel log lines the node's last passing preflights recorded."""
+    return set(line for p in (history or {}).get(host) or [] if isinstance(p, dict)
+               for line in p.get("xid") or [] if isinstance(line, str))
+
+
 def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
     """One verdict per rank node (``figures``: node -> parse's result; ``history``: node -> its past figures)."""
     status = WARN if action == "warn" else FAIL
@@ -85,44 +117,31 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
             out.append(verdict("health", host, WARN, "not measured: %s" % mine["error"],
                                "check that the stack's venv on %s has numpy (run site.yml)" % host))
             continue
-        problems, refused = [], False
-        for key, does, unit, fix in METRICS:
-            value = _number(mine.get(key))
-            if value is None:
-                continue
-            peers = [_number((figures[h] or {}).get(key)) for h in figures if h != host]
-            peers = [p for p in peers if p is not None]
-            before = len(problems)
-            if peers and value < fraction * _median(peers):
-                problems.append(("%s %s %s %s, %.0f%% of the other nodes' median %s %s" % (
-                    host, does, _shown(value), unit, 100 * value / _median(peers), _shown(_median(peers)), unit), fix))
-            past = [_number(p.get(key)) for p in (history or {}).get(host) or [] if isinstance(p, dict)]
-            past = [p for p in past if p is not None]
-            own = len(problems)
-            if len(past) >= LEAST_HISTORY and value < fraction * _median(past):
-                problems.append(("%s %s %s %s, %.0f%% of its own median %s %s over its last %d passing "
-                                 "preflights" % (host, does, _shown(value), unit, 100 * value / _median(past),
-                                                 _shown(_median(past)), unit, len(past)), fix))
-            # Its peers, measured at the same moment, are the fair reference; its own past (another load, another
-            # day) decides alone only when it has no peer.
-            refused = refused or (key not in WARN_ONLY and (own > before or (not peers and len(problems) > own)))
+        problems = _figure_problems(host, mine, figures, history, fraction)
+        gpu_problems, note = gpu_health.problems(host, mine.get("gpu"), _seen_xids(history, host))
+        problems += gpu_problems
         if problems:
-            out.append(verdict("health", host, status if refused else WARN, "; ".join(p[0] for p in problems),
+            refusing = [p for p in problems if p[2]]
+            out.append(verdict("health", host, status if refusing else WARN, "; ".join(p[0] for p in problems),
                                "%s; or run without it (-e exclude=%s), or -e preflight_health_action=warn" % (
-                                   problems[0][1], host)))
+                                   (refusing or problems)[0][1], host)))
         else:
-            out.append(verdict("health", host, PASS, ", ".join(
-                "%s %s" % (_shown(_number(mine.get(key))), unit) for key, _does, unit, _fix in METRICS
-                if _number(mine.get(key)) is not None) or "no figures"))
+            shown = ["%s %s" % (_shown(_number(mine.get(key))), unit) for key, _does, unit, _fix in METRICS
+                     if _number(mine.get(key)) is not None] + ([note] if note else [])
+            out.append(verdict("health", host, PASS, ", ".join(shown) or "no figures"))
     return out
 
 
 def updated_history(history, figures, keep=HISTORY):
-    """``history`` with each node's figures of a passing preflight added (its newest ``keep`` kept)."""
+    """``history`` with each node's figures of a passing preflight added (its newest ``keep`` kept), and the Xid
+    lines of its kernel log then (seen: not judged again)."""
     out = dict((h, list(v)) for h, v in (history or {}).items() if isinstance(v, list))
     for host, mine in sorted((figures or {}).items()):
         if isinstance(mine, dict) and not mine.get("error"):
             kept = dict((k, mine.get(k)) for k, _d, _u, _f in METRICS if _number(mine.get(k)) is not None)
+            xid = (mine.get("gpu") or {}).get("xid") if isinstance(mine.get("gpu"), dict) else None
+            if isinstance(xid, list) and xid:
+                kept["xid"] = [str(line)[:300] for line in xid][-gpu_health.XID_KEPT:]
             if kept:
                 out[host] = (out.get(host, []) + [kept])[-keep:]
     return out

@@ -66,7 +66,7 @@ def test_health_measures_compute_memory_and_the_shared_write_and_leaves_nothing(
 
     assert health.main(["--shared", str(tmp_path), "--seconds", "0.2"]) == 0
     figures = json.loads(capsys.readouterr().out)
-    assert set(figures) == {"host", "compute_gflops", "memory_gbps", "shared_write_mbps"}
+    assert set(figures) - {"gpu"} == {"host", "compute_gflops", "memory_gbps", "shared_write_mbps"}
     assert all(figures[k] > 0 for k in ("compute_gflops", "memory_gbps", "shared_write_mbps"))
     assert list(tmp_path.iterdir()) == []
 
@@ -97,3 +97,60 @@ def test_sustained_is_the_mean_time_of_the_repetitions_stalls_included():
     calls = iter([0.05, 0.01, 0.03])
     import time as clock
     assert 0.03 <= health.sustained(lambda: clock.sleep(next(calls)), 0.0) < 0.045
+
+
+def _tools(tmp_path, monkeypatch, fixture, dmesg=None):
+    """A PATH of only the fake nvidia-smi (replaying ``fixture``) and, where given, a dmesg printing ``dmesg``."""
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(fixtures / "bin" / "nvidia-smi")
+    if dmesg is not None:
+        (bin_dir / "dmesg").write_text("#!/bin/sh\n" + dmesg)
+        (bin_dir / "dmesg").chmod(0o755)
+    monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % bin_dir if dmesg is None else str(bin_dir) + ":/bin")
+    monkeypatch.setenv("NVIDIA_SMI_FIXTURE", str(fixture))
+    return fixtures
+
+
+def test_health_reads_the_gpus_and_the_kernel_logs_xid_lines_where_nvidia_smi_is(tmp_path, monkeypatch):
+    from multinode_ds import health
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+    _tools(tmp_path, monkeypatch, fixtures / "h100-8-faults",
+           dmesg="cat %s\n" % (fixtures / "h100-8-faults" / "dmesg.txt"))
+    gpu = health.gpu_readings()
+    assert gpu["fields"][6] == "clocks_event_reasons.active" and len(gpu["fields"]) == len(health.GPU_FIELDS)
+    assert gpu["query"] == (fixtures / "h100-8-faults" / "health.csv").read_text()
+    assert [ln.split("]")[0] for ln in gpu["xid"]] == ["[ 8812.334015", "[ 9120.778410", "[10451.002981"]
+
+
+def test_health_asks_an_older_driver_for_the_fields_it_knows(tmp_path, monkeypatch):
+    import shutil as sh
+
+    from multinode_ds import health
+
+    fixture = tmp_path / "old-driver"
+    sh.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi" / "h100-8", fixture)
+    (fixture / "unknown-fields").write_text("clocks_event_reasons.active\nremapped_rows.failure\n")
+    _tools(tmp_path, monkeypatch, fixture, dmesg="echo 'dmesg: read kernel buffer failed: Operation not "
+                                                 "permitted' >&2; exit 1\n")
+    gpu = health.gpu_readings()
+    assert "clocks_throttle_reasons.active" in gpu["fields"] and "remapped_rows.failure" not in gpu["fields"]
+    assert "clocks_event_reasons.active" not in gpu["fields"]
+    # (then journalctl, where this machine has it)
+    assert gpu["xid_error"].startswith("dmesg: dmesg: read kernel buffer failed: Operation not permitted")
+
+
+def test_health_names_an_nvidia_smi_that_fails_or_hangs(tmp_path, monkeypatch):
+    from multinode_ds import health
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+    _tools(tmp_path, monkeypatch, fixtures / "driver-failed")
+    failed = health.gpu_query("nvidia-smi")
+    assert failed["rc"] == 9 and failed["error"].startswith("NVIDIA-SMI has failed because it couldn't communicate")
+    hang = tmp_path / "hang"
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    monkeypatch.setattr(health, "GPU_SECONDS", 0.5)
+    assert health.gpu_query(str(hang))["error"].startswith("nvidia-smi did not answer within 0 s")

@@ -1,0 +1,157 @@
+# -*- coding: utf-8 -*-
+# Copyright: multinode.deepspeed developers
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A GPU node's health in preflight (issue 47, point 3): what ``nvidia-smi --query-gpu`` says of each GPU and the
+Xid events in the node's kernel log, as multinode_ds/health.py read them on the node, judged here.
+
+Refused (``health_action=fail``; a warning with ``warn``): uncorrected ECC errors since the driver loaded, a page
+retirement or row remap waiting for a GPU reset, a failed row remap, clocks held back by the hardware (HW slowdown,
+HW thermal slowdown, power brake), a PCIe link narrower than the device's maximum, nvidia-smi not answering, and an
+Xid event that NVIDIA's catalog says needs a reset or a new GPU, unless the node's last passing preflights already
+saw that line of the log.  Only named: a software thermal slowdown, a PCIe link slower than its maximum while the GPU
+is busy (an idle GPU lowers its link speed to save power: not judged then), other Xid events, a kernel log the run
+account cannot read.  Xid events that are the application's own (13, 31, 43, 45) are not the node's fault.
+
+Pure functions, no Ansible import.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import re
+
+# NVML's clock event reasons (nvmlClocksEventReasons, formerly nvmlClocksThrottleReasons): bit, what it means,
+# whether it refuses the node.
+GPU_IDLE = 0x1
+THROTTLE = (
+    (0x08, "a hardware slowdown (HW Slowdown: overheating or the power supply)", True),
+    (0x40, "a hardware thermal slowdown (HW Thermal Slowdown)", True),
+    (0x80, "a hardware power brake (HW Power Brake Slowdown: the power supply asked for it)", True),
+    (0x20, "a software thermal slowdown (SW Thermal Slowdown)", False),
+)
+# Xid: what NVIDIA's Xid catalog says it is, whether it refuses the node.
+XIDS = {
+    48: ("a double-bit ECC error", True),
+    63: ("a page retirement or row remap was recorded", False),
+    64: ("a page retirement or row remap failed", True),
+    74: ("an NVLink error", True),
+    79: ("the GPU fell off the bus", True),
+    92: ("a high single-bit ECC error rate", False),
+    94: ("a contained ECC error", False),
+    95: ("an uncontained ECC error", True),
+    119: ("a GSP RPC timeout", True),
+    120: ("a GSP error", True),
+}
+# The application's own faults (an engine exception, an MMU fault, a stopped or cleaned-up channel): not the node's.
+APPLICATION_XIDS = (13, 31, 43, 45)
+# Xid lines kept per passing preflight in the node's history.
+XID_KEPT = 50
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+THROTTLE_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+RESET_FIX = "drain it and reset the GPU (nvidia-smi -r -i %s) or reboot the node"
+COOLING_FIX = "check its cooling, fans and power supply (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)"
+LINK_FIX = "reseat the GPU or its riser and check the slot (lspci -vv: LnkSta against LnkCap)"
+
+
+def _int(text, base=10):
+    try:
+        return int(str(text).strip(), base)
+    except (TypeError, ValueError):
+        return None
+
+
+def gpus(gpu):
+    """One dict per GPU (field -> its text) from the node's ``gpu`` readings; raises ValueError on a table that is
+    not the query's."""
+    fields = list(gpu.get("fields") or [])
+    rows = [ln for ln in str(gpu.get("query") or "").splitlines() if ln.strip()]
+    out = []
+    for row in rows:
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) != len(fields):
+            raise ValueError("nvidia-smi printed %r for the fields %s" % (row[:120], ",".join(fields)))
+        out.append(dict(zip(fields, cells)))
+    return out
+
+
+def _gpu_problems(host, g):
+    """(message, fix, refuses) for one GPU's row."""
+    index = g.get("index", "?")
+    name = "%s GPU %s (%s)" % (host, index, g.get("pci.bus_id", "?"))
+    out = []
+    ecc = _int(g.get("ecc.errors.uncorrected.volatile.total"))
+    if ecc:
+        out.append(("%s has %d uncorrected ECC error(s) since the driver loaded" % (name, ecc),
+                    RESET_FIX % index + "; if they come back, replace the GPU", True))
+    for field, what in (("retired_pages.pending", "page retirement"), ("remapped_rows.pending", "row remap")):
+        if str(g.get(field, "")).lower() == "yes":
+            out.append(("%s has a %s waiting for a GPU reset" % (name, what), RESET_FIX % index, True))
+    if str(g.get("remapped_rows.failure", "")).lower() == "yes":
+        out.append(("%s failed to remap a row of its memory" % name,
+                    "the GPU needs replacing; keep the node out of runs (-e exclude=%s)" % host, True))
+    reasons = [_int(g.get(f), 16) for f in THROTTLE_FIELDS if f in g]
+    reasons = reasons[0] if reasons and reasons[0] is not None else 0
+    held = [(what, refuses) for bit, what, refuses in THROTTLE if reasons & bit]
+    if held:
+        out.append(("%s is held back by %s (clock event reasons 0x%x)" % (
+            name, " and ".join(what for what, _r in held), reasons), COOLING_FIX, any(r for _w, r in held)))
+    width, widest = _int(g.get("pcie.link.width.current")), _int(g.get("pcie.link.width.max"))
+    if width and widest and width < widest:
+        out.append(("%s's PCIe link runs at x%d of its x%d" % (name, width, widest), LINK_FIX, True))
+    gen, fastest = _int(g.get("pcie.link.gen.current")), _int(g.get("pcie.link.gen.max"))
+    if gen and fastest and gen < fastest and not reasons & GPU_IDLE:
+        out.append(("%s's PCIe link runs at gen %d of its gen %d while busy" % (name, gen, fastest), LINK_FIX,
+                    False))
+    return out
+
+
+def xid_events(lines):
+    """(line, Xid, PCI address) of each kernel log line that reports an Xid."""
+    out = []
+    for line in lines or []:
+        found = XID_LINE.search(str(line))
+        if found:
+            out.append((str(line), int(found.group(2)), found.group(1)))
+    return out
+
+
+def _xid_problems(host, lines, seen):
+    out = []
+    for line, xid, pci in xid_events(lines):
+        if xid in APPLICATION_XIDS or line in seen:
+            continue
+        what, refuses = XIDS.get(xid, ("an Xid event", False))
+        out.append(("%s's GPU at PCI:%s logged Xid %d (%s): %s" % (host, pci, xid, what, line.split("NVRM: ", 1)[-1][:200]),
+                    "reset the GPU or reboot the node, then check nvidia-smi -q (NVIDIA's Xid catalog says what "
+                    "Xid %d asks for); once dealt with, one preflight with -e preflight_health_action=warn records "
+                    "the line as seen" % xid, refuses))
+    return out
+
+
+def problems(host, gpu, seen=()):
+    """(message, fix, refuses) for what the node's ``gpu`` readings show, and a note for the passing detail.
+
+    ``seen``: kernel log lines the node's last passing preflights already recorded."""
+    if not isinstance(gpu, dict):
+        return [], ""
+    out = []
+    if gpu.get("error"):
+        hung = "did not answer" in str(gpu["error"])
+        out.append(("nvidia-smi on %s: %s" % (host, gpu["error"]),
+                    "check the driver (nvidia-smi; dmesg | grep NVRM) or reboot the node", hung))
+        count = 0
+    else:
+        try:
+            rows = gpus(gpu)
+        except ValueError as exc:
+            return [(str(exc), "check the driver's nvidia-smi on %s" % host, False)], ""
+        count = len(rows)
+        for g in rows:
+            out.extend(_gpu_problems(host, g))
+    out.extend(_xid_problems(host, gpu.get("xid"), set(seen or ())))
+    note = "%d GPU(s) healthy" % count if count else ""
+    if gpu.get("xid_error"):
+        note += "%sXid events not read (%s: add the run account to group systemd-journal for preflight to read " \
+                "them)" % ("; " if note else "", gpu["xid_error"][:160])
+    return out, note
