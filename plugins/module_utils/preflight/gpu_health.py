@@ -129,10 +129,11 @@ def _xid_problems(host, lines, seen):
     return out
 
 
-def problems(host, gpu, seen=()):
+def problems(host, gpu, seen=(), had=None):
     """(message, fix, refuses) for what the node's ``gpu`` readings show, and a note for the passing detail.
 
-    ``seen``: kernel log lines the node's last passing preflights already recorded."""
+    ``seen``: kernel log lines the node's last passing preflights already recorded; ``had``: the most GPUs
+    nvidia-smi listed there then (fewer now: one fell off the bus or did not initialize)."""
     if not isinstance(gpu, dict):
         return [], ""
     out = []
@@ -147,6 +148,10 @@ def problems(host, gpu, seen=()):
         except ValueError as exc:
             return [(str(exc), "check the driver's nvidia-smi on %s" % host, False)], ""
         count = len(rows)
+        if had and count < had:
+            out.append(("nvidia-smi on %s lists %d GPU(s), %d at its last passing preflights" % (host, count, had),
+                        "a GPU fell off the bus or did not initialize: check dmesg | grep NVRM, reseat the GPU or "
+                        "reboot the node", True))
         for g in rows:
             out.extend(_gpu_problems(host, g))
     out.extend(_xid_problems(host, gpu.get("xid"), set(seen or ())))
@@ -155,3 +160,13 @@ def problems(host, gpu, seen=()):
         note += "%sXid events not read (%s: add the run account to group systemd-journal for preflight to read " \
                 "them)" % ("; " if note else "", gpu["xid_error"][:160])
     return out, note
+
+
+def listed(gpu):
+    """How many GPUs the readings list (None when nvidia-smi failed or printed another table)."""
+    if not isinstance(gpu, dict) or gpu.get("error"):
+        return None
+    try:
+        return len(gpus(gpu))
+    except ValueError:
+        return None

@@ -101,10 +101,12 @@ def _figure_problems(host, mine, figures, history, fraction):
     return out
 
 
-def _seen_xids(history, host):
-    """The kernel log lines the node's last passing preflights recorded."""
-    return set(line for p in (history or {}).get(host) or [] if isinstance(p, dict)
-               for line in p.get("xid") or [] if isinstance(line, str))
+def _gpu_past(history, host):
+    """The kernel log lines the node's last passing preflights recorded, and the most GPUs they listed."""
+    past = [p for p in (history or {}).get(host) or [] if isinstance(p, dict)]
+    counts = [p["gpus"] for p in past if isinstance(p.get("gpus"), int)]
+    return (set(line for p in past for line in p.get("xid") or [] if isinstance(line, str)),
+            max(counts) if counts else None)
 
 
 def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
@@ -118,7 +120,7 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
                                "check that the stack's venv on %s has numpy (run site.yml)" % host))
             continue
         problems = _figure_problems(host, mine, figures, history, fraction)
-        gpu_problems, note = gpu_health.problems(host, mine.get("gpu"), _seen_xids(history, host))
+        gpu_problems, note = gpu_health.problems(host, mine.get("gpu"), *_gpu_past(history, host))
         problems += gpu_problems
         if problems:
             refusing = [p for p in problems if p[2]]
@@ -133,15 +135,17 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
 
 
 def updated_history(history, figures, keep=HISTORY):
-    """``history`` with each node's figures of a passing preflight added (its newest ``keep`` kept), and the Xid
-    lines of its kernel log then (seen: not judged again)."""
+    """``history`` with each node's figures of a passing preflight added (its newest ``keep`` kept), the Xid lines
+    of its kernel log then (seen: not judged again) and how many GPUs nvidia-smi listed."""
     out = dict((h, list(v)) for h, v in (history or {}).items() if isinstance(v, list))
     for host, mine in sorted((figures or {}).items()):
         if isinstance(mine, dict) and not mine.get("error"):
             kept = dict((k, mine.get(k)) for k, _d, _u, _f in METRICS if _number(mine.get(k)) is not None)
-            xid = (mine.get("gpu") or {}).get("xid") if isinstance(mine.get("gpu"), dict) else None
-            if isinstance(xid, list) and xid:
-                kept["xid"] = [str(line)[:300] for line in xid][-gpu_health.XID_KEPT:]
+            gpu = mine.get("gpu") if isinstance(mine.get("gpu"), dict) else {}
+            if isinstance(gpu.get("xid"), list) and gpu["xid"]:
+                kept["xid"] = [str(line)[:300] for line in gpu["xid"]][-gpu_health.XID_KEPT:]
+            if gpu_health.listed(gpu):
+                kept["gpus"] = gpu_health.listed(gpu)
             if kept:
                 out[host] = (out.get(host, []) + [kept])[-keep:]
     return out

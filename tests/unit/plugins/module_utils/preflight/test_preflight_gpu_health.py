@@ -90,7 +90,7 @@ def test_xid_events_refuse_once_and_a_passing_preflight_records_them_as_seen():
     # preflight does not judge them again.
     assert health.health_verdicts(figures, action="warn")[0]["status"] == "warn"
     history = health.updated_history({}, figures)
-    assert history["worker1"] == [dict(FIGURES, xid=lines)]
+    assert history["worker1"] == [dict(FIGURES, xid=lines, gpus=8)]
     assert health.health_verdicts(figures, history)[0]["status"] == "pass"
     newer = lines + ["[20000.1] NVRM: Xid (PCI:0000:2a:00): 95, pid=1, name=python, Uncontained: FBHUB. RST: Yes"]
     again = health.health_verdicts({"worker1": dict(FIGURES, gpu=readings("h100-8", xid=newer))}, history)[0]
@@ -129,3 +129,16 @@ def test_a_software_thermal_slowdown_alone_is_named_not_refused():
         ("worker1 GPU 0 (00000000:18:00.0) is held back by a software thermal slowdown (SW Thermal Slowdown) "
          "(clock event reasons 0x20)", False)]
     assert health.health_verdicts({"worker1": dict(FIGURES, gpu=gpu)})[0]["status"] == "warn"
+
+
+def test_a_node_listing_fewer_gpus_than_at_its_last_passing_preflights_is_refused():
+    history = health.updated_history({}, {"worker1": dict(FIGURES, gpu=readings("h100-8", xid=[]))})
+    assert history["worker1"][0]["gpus"] == 8
+    seven = "".join((FIXTURES / "h100-8" / "health.csv").read_text().splitlines(True)[:7])
+    now = {"worker1": dict(FIGURES, gpu={"fields": FIELDS, "query": seven, "xid": []})}
+    verdict = health.health_verdicts(now, history)[0]
+    assert verdict["status"] == "fail"
+    assert verdict["detail"] == "nvidia-smi on worker1 lists 7 GPU(s), 8 at its last passing preflights"
+    assert verdict["fix"].startswith("a GPU fell off the bus or did not initialize")
+    # Without a past, seven GPUs are what the node has.
+    assert health.health_verdicts(now)[0]["status"] == "pass"
