@@ -13,7 +13,8 @@ and with each node's own past (plugins/module_utils/preflight/health.py).  Needs
 
 Where ``nvidia-smi`` is on the PATH, ``gpu`` carries what it says of each GPU (``query``: its CSV of GPU_FIELDS, with
 ``fields`` the ones this driver knows) and the kernel log's Xid lines (``xid``), read as they are: the controller
-judges them (plugins/module_utils/preflight/gpu_health.py).
+judges them (plugins/module_utils/preflight/gpu_health.py); then each GPU's float16 matmul GFLOP/s (``gpu.gflops``,
+with torch) and the slowest of them (``gpu_gflops``), compared across the nodes as the CPU figure is.
 """
 import argparse
 import json
@@ -37,6 +38,8 @@ GPU_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "r
               ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
               "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
 GPU_SECONDS = 30
+# Each GPU's compute figure: float16 matmuls of this size (2 x 8192^3 = 1.1 TFLOP: about 2 ms on an H100).
+GPU_MATMUL = 8192
 XID_LINES = 50
 
 
@@ -148,6 +151,31 @@ def gpu_readings():
     return out
 
 
+def gpu_gflops(seconds, torch=None):
+    """Each GPU's float16 matmul GFLOP/s (the best window of its share of ``seconds``), in device order; None where
+    torch sees no CUDA device.  Run only where nvidia-smi listed GPUs: importing torch and starting CUDA take
+    seconds."""
+    if torch is None:
+        import torch  # pylint: disable=import-outside-toplevel,redefined-outer-name
+    if not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    out = []
+    for index in range(count):
+        with torch.cuda.device(index):
+            a = torch.randn((GPU_MATMUL, GPU_MATMUL), device="cuda", dtype=torch.float16)
+            b = torch.randn((GPU_MATMUL, GPU_MATMUL), device="cuda", dtype=torch.float16)
+
+            def work(a=a, b=b):
+                torch.matmul(a, b)
+                torch.cuda.synchronize()
+
+            work()
+            out.append(round(2.0 * GPU_MATMUL ** 3 / best_window(work, seconds / count) / 1e9, 1))
+            del a, b
+    return out
+
+
 def measure(shared, seconds):
     """The node's figures."""
     out = {"host": socket.gethostname()}
@@ -162,6 +190,13 @@ def measure(shared, seconds):
     gpu = gpu_readings()
     if gpu is not None:
         out["gpu"] = gpu
+        if gpu.get("query", "").strip():
+            try:
+                gpu["gflops"] = gpu_gflops(seconds)
+            except (ImportError, RuntimeError, AttributeError) as exc:
+                gpu["gflops_error"] = ("%s: %s" % (type(exc).__name__, exc))[:300]
+            if gpu.get("gflops"):
+                out["gpu_gflops"] = min(gpu["gflops"])
     return out
 
 

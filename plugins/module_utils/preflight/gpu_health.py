@@ -129,11 +129,23 @@ def _xid_problems(host, lines, seen):
     return out
 
 
-def problems(host, gpu, seen=(), had=None):
+def _slow_gpus(host, gflops, fraction):
+    """(message, fix, refuses) for each GPU whose matmul pace is below ``fraction`` of the node's fastest GPU."""
+    figures = [g for g in gflops or [] if isinstance(g, (int, float)) and g > 0]
+    if len(figures) != len(gflops or []) or len(figures) < 2:
+        return []
+    fastest = max(figures)
+    return [("%s GPU %d computes at %.0f GFLOP/s, %.0f%% of the node's fastest GPU (%.0f GFLOP/s)" % (
+        host, index, value, 100.0 * value / fastest, fastest), COOLING_FIX, True)
+        for index, value in enumerate(figures) if value < fraction * fastest]
+
+
+def problems(host, gpu, seen=(), had=None, fraction=0.5):
     """(message, fix, refuses) for what the node's ``gpu`` readings show, and a note for the passing detail.
 
     ``seen``: kernel log lines the node's last passing preflights already recorded; ``had``: the most GPUs
-    nvidia-smi listed there then (fewer now: one fell off the bus or did not initialize)."""
+    nvidia-smi listed there then (fewer now: one fell off the bus or did not initialize); a GPU whose matmul pace
+    (``gpu["gflops"]``) is below ``fraction`` of the node's fastest GPU's is refused too."""
     if not isinstance(gpu, dict):
         return [], ""
     out = []
@@ -154,6 +166,11 @@ def problems(host, gpu, seen=(), had=None):
                         "reboot the node", True))
         for g in rows:
             out.extend(_gpu_problems(host, g))
+        out.extend(_slow_gpus(host, gpu.get("gflops"), fraction))
+        if gpu.get("gflops_error"):
+            out.append(("%s's GPUs' matmul pace not measured: %s" % (host, gpu["gflops_error"]),
+                        "check torch's CUDA on %s (python -c 'import torch; print(torch.cuda.is_available())')" % host,
+                        False))
     out.extend(_xid_problems(host, gpu.get("xid"), set(seen or ())))
     note = "%d GPU(s) healthy" % count if count else ""
     if gpu.get("xid_error"):

@@ -33,6 +33,7 @@ METRICS = (
     ("memory_gbps", "copies memory at", "GB/s", "check what else runs on it and its memory configuration"),
     ("shared_write_mbps", "writes to the shared directory at", "MB/s",
      "check its network link and the shared directory's server"),
+    ("gpu_gflops", "computes on its slowest GPU at", "GFLOP/s", gpu_health.COOLING_FIX),
 )
 # A shared directory's speed also depends on its server and its other clients at that moment, and one memory copy's
 # on what shares the memory bus then (on the local cluster, under the suite's load, a healthy worker copied at 39% of
@@ -120,7 +121,7 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
                                "check that the stack's venv on %s has numpy (run site.yml)" % host))
             continue
         problems = _figure_problems(host, mine, figures, history, fraction)
-        gpu_problems, note = gpu_health.problems(host, mine.get("gpu"), *_gpu_past(history, host))
+        gpu_problems, note = gpu_health.problems(host, mine.get("gpu"), *_gpu_past(history, host), fraction=fraction)
         problems += gpu_problems
         if problems:
             refusing = [p for p in problems if p[2]]
@@ -128,7 +129,8 @@ def health_verdicts(figures, history=None, fraction=FRACTION, action="fail"):
                                "%s; or run without it (-e exclude=%s), or -e preflight_health_action=warn" % (
                                    (refusing or problems)[0][1], host)))
         else:
-            shown = ["%s %s" % (_shown(_number(mine.get(key))), unit) for key, _does, unit, _fix in METRICS
+            shown = ["%s%s %s" % ("slowest GPU " if key == "gpu_gflops" else "", _shown(_number(mine.get(key))), unit)
+                     for key, _does, unit, _fix in METRICS
                      if _number(mine.get(key)) is not None] + ([note] if note else [])
             out.append(verdict("health", host, PASS, ", ".join(shown) or "no figures"))
     return out

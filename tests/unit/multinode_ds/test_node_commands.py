@@ -154,3 +154,62 @@ def test_health_names_an_nvidia_smi_that_fails_or_hangs(tmp_path, monkeypatch):
     hang.chmod(0o755)
     monkeypatch.setattr(health, "GPU_SECONDS", 0.5)
     assert health.gpu_query(str(hang))["error"].startswith("nvidia-smi did not answer within 0 s")
+
+
+class _FakeCuda:
+    """torch.cuda of a node with GPUs whose matmuls take ``seconds[i]`` each (a stand-in: CI has no GPU)."""
+
+    def __init__(self, seconds):
+        self.seconds, self.current, self.synced = seconds, None, 0
+
+    def is_available(self):
+        return bool(self.seconds)
+
+    def device_count(self):
+        return len(self.seconds)
+
+    def device(self, index):
+        import contextlib
+
+        cuda = self
+
+        @contextlib.contextmanager
+        def on():
+            cuda.current = index
+            yield
+            cuda.current = None
+        return on()
+
+    def synchronize(self):
+        import time as clock
+
+        self.synced += 1
+        clock.sleep(self.seconds[self.current])
+
+
+class _FakeTorch:
+    float16 = "float16"
+
+    def __init__(self, seconds):
+        self.cuda = _FakeCuda(seconds)
+        self.made = []
+
+    def randn(self, shape, device, dtype):
+        assert device == "cuda" and dtype == "float16" and self.cuda.current is not None
+        self.made.append((shape, self.cuda.current))
+        return object()
+
+    def matmul(self, a, b):
+        return a
+
+
+def test_health_times_a_matmul_on_each_gpu_and_none_without_cuda(monkeypatch):
+    from multinode_ds import health
+
+    monkeypatch.setattr(health, "GPU_MATMUL", 1000)
+    fake = _FakeTorch([0.002, 0.002, 0.008])
+    gflops = health.gpu_gflops(0.06, torch=fake)
+    assert len(gflops) == 3 and [d for _s, d in fake.made] == [0, 0, 1, 1, 2, 2]
+    # 2 x 1000^3 flops in about 2 ms: about 1000 GFLOP/s; the GPU four times slower shows it.
+    assert 100 < gflops[0] <= 1000 and gflops[2] < 0.5 * min(gflops[:2])
+    assert health.gpu_gflops(0.06, torch=_FakeTorch([])) is None

@@ -142,3 +142,24 @@ def test_a_node_listing_fewer_gpus_than_at_its_last_passing_preflights_is_refuse
     assert verdict["fix"].startswith("a GPU fell off the bus or did not initialize")
     # Without a past, seven GPUs are what the node has.
     assert health.health_verdicts(now)[0]["status"] == "pass"
+
+
+def test_a_gpu_slower_than_the_nodes_fastest_and_a_node_whose_slowest_gpu_trails_its_peers():
+    # The figures as multinode_ds.health writes them: each GPU's float16 matmul GFLOP/s, the slowest as gpu_gflops.
+    even = [612000.0, 598000.0, 605000.0, 611000.0, 603000.0, 600000.0, 608000.0, 609000.0]
+    slow = even[:3] + [201000.0] + even[4:]
+    found, _note = gpu_health.problems("worker2", readings("h100-8", xid=[], gflops=slow))
+    assert [(m, r) for m, _f, r in found] == [
+        ("worker2 GPU 3 computes at 201000 GFLOP/s, 33% of the node's fastest GPU (612000 GFLOP/s)", True)]
+    assert gpu_health.problems("worker2", readings("h100-8", xid=[], gflops=even))[0] == []
+    figures = {"worker1": dict(FIGURES, gpu_gflops=min(even), gpu=readings("h100-8", xid=[], gflops=even)),
+               "worker2": dict(FIGURES, gpu_gflops=min(slow), gpu=readings("h100-8", xid=[], gflops=slow))}
+    verdicts = health.health_verdicts(figures)
+    assert verdicts[0]["detail"] == "150 GFLOP/s, 40 GB/s, 1200 MB/s, slowest GPU 598000 GFLOP/s, 8 GPU(s) healthy"
+    assert verdicts[1]["status"] == "fail"
+    assert verdicts[1]["detail"] == (
+        "worker2 computes on its slowest GPU at 201000 GFLOP/s, 34% of the other nodes' median 598000 GFLOP/s; "
+        "worker2 GPU 3 computes at 201000 GFLOP/s, 33% of the node's fastest GPU (612000 GFLOP/s)")
+    unmeasured = readings("h100-8", xid=[], gflops=None, gflops_error="RuntimeError: CUDA driver initialization failed")
+    found, _note = gpu_health.problems("worker1", unmeasured)
+    assert found[0][0].startswith("worker1's GPUs' matmul pace not measured: RuntimeError") and found[0][2] is False
