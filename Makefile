@@ -81,7 +81,7 @@ bench-site:
 
 # Ansible's part of a launch and a no-op site.yml per node at 2, 4, 8 and 16 workers (remakes the cluster at each size).
 bench-scale:
-	$(RECORD) bench-scale -- $(BIN)/python scripts/cost/scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5) --json tests/output/bench-scale.json
+	$(RECORD) bench-scale -- $(BIN)/python scripts/cost/scale.py --sizes $(or $(SIZES),2$(comma)4$(comma)8$(comma)16) --rounds $(or $(ROUNDS),2) --steps $(or $(STEPS),5) $(if $(BACKEND),--backend $(BACKEND)) --json tests/output/bench-scale.json
 
 # The least a launch costs as the cluster grows, with no Ansible: pdsh's start and a node read at SIZES node names over the workers.
 bench-floor:

@@ -1,7 +1,7 @@
 """What Ansible's part of a launch and of a no-op site.yml costs as the cluster grows, on the local cluster.
 
     make bench-scale [SIZES=2,4,8,16] [ROUNDS=2] [STEPS=5]
-    .venv/bin/python scripts/cost/scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--json FILE]
+    .venv/bin/python scripts/cost/scale.py [--sizes 2,4,8,16] [--rounds 2] [--steps 5] [--backend B] [--json FILE]
     .venv/bin/python scripts/cost/scale.py --from-json FILE     # the report of an earlier measurement again
 
 For each size N (workers, one rank each; N + 1 nodes with the coordinator): the local cluster is made
@@ -63,13 +63,13 @@ def children_cpu() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def launch(run_id: str, steps: int) -> dict:
+def launch(run_id: str, steps: int, backend: str = "") -> dict:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
                PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     cpu0 = children_cpu()
     t0 = time.time()
     res = subprocess.run([str(BIN / "ansible-playbook"), "train.yml", "-e", "preflight=false", "-e", f"steps={steps}",
-                          "-e", f"run_id={run_id}"], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+                          "-e", f"run_id={run_id}"] + (["-e", f"backend={backend}"] if backend else []), cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     end = time.time()
     cpu = children_cpu() - cpu0
     if res.returncode != 0:
@@ -91,7 +91,7 @@ def phases(run: Path, t0: float, end: float) -> dict:
             "done_to_end_s": end - done, "wall_s": end - t0, "ranks": len(metrics)}
 
 
-def one_size(workers: int, rounds: int, steps: int, keep: bool = False) -> dict:
+def one_size(workers: int, rounds: int, steps: int, keep: bool = False, backend: str = "") -> dict:
     nodes = workers + 1
     if keep and len(cost_workers()) == workers:
         # The cluster already has this size, provisioned (--keep): its launches and floor only.
@@ -107,7 +107,7 @@ def one_size(workers: int, rounds: int, steps: int, keep: bool = False) -> dict:
               flush=True)
     launches = []
     for rnd in range(1, rounds + 1):
-        res = launch(f"bench-scale-{nodes}-{int(time.time())}-{rnd}", steps)
+        res = launch(f"bench-scale-{nodes}-{int(time.time())}-{rnd}", steps, backend)
         launches.append(res)
         print(f"[bench-scale] {nodes} nodes, launch {rnd}: before {res['before_s']:.1f} s, ranks {res['ranks_s']:.1f} s,"
               f" exit {res['exit_s']:.1f} s, after {res['after_s']:.1f} s, whole {res['wall_s']:.1f} s"
@@ -170,6 +170,7 @@ def write(results: list[dict], args, out: Path) -> None:
     ordered = sorted(results, key=lambda r: r["workers"])
     base = ordered[0]["median"]["ansible_s"]
     out.write_text(json.dumps({"sizes": ordered, "rounds": args.rounds, "steps": args.steps,
+                               "backend": args.backend or "the inventory's (pdsh)",
                                "ansible_ratio_to_smallest": [r["median"]["ansible_s"] / base for r in ordered],
                                "growth": growth(ordered) if len(ordered) > 1 else None},
                               indent=2) + "\n")
@@ -268,6 +269,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=str(ROOT / "tests" / "output" / "bench-scale.json"))
     p.add_argument("--keep", action="store_true",
                    help="at a size the running cluster already has, provisioned: use it as it is (no site.yml timed)")
+    p.add_argument("--backend", default="", help="the launch backend of the launches (-e backend=...; default: "
+                   "the inventory's)")
     p.add_argument("--from-json", metavar="FILE",
                    help="measure nothing: the table, the growth against the floor and the projection of FILE")
     args = p.parse_args(argv)
@@ -284,7 +287,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     results: list[dict] = []
     for n in sizes:  # the numbers are written after every size: a later size that fails keeps the earlier ones
-        results.append(one_size(n, args.rounds, args.steps, keep=args.keep))
+        results.append(one_size(n, args.rounds, args.steps, keep=args.keep, backend=args.backend))
         write(results, args, out)
     report(results)
     plot(sorted(results, key=lambda r: r["workers"]), out.with_suffix(".png"))
