@@ -68,8 +68,9 @@ def launch(run_id: str, steps: int, backend: str = "") -> dict:
                PATH=f"{BIN}:{os.environ.get('PATH', '')}")
     cpu0 = children_cpu()
     t0 = time.time()
-    res = subprocess.run([str(BIN / "ansible-playbook"), "train.yml", "-e", "preflight=false", "-e", f"steps={steps}",
-                          "-e", f"run_id={run_id}"] + (["-e", f"backend={backend}"] if backend else []), cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    argv = [str(BIN / "ansible-playbook"), "train.yml", "-e", "preflight=false", "-e", f"steps={steps}",
+            "-e", f"run_id={run_id}"] + (["-e", f"backend={backend}"] if backend else [])
+    res = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     end = time.time()
     cpu = children_cpu() - cpu0
     if res.returncode != 0:

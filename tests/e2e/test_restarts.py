@@ -182,20 +182,22 @@ def _losses_by_step(run_id, attempt):
                 if r.get("event") == "step")
 
 
+@pytest.mark.parametrize("backend", ["pdsh", "ssh-free"])
 def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer_and_grows_back(
-        worker2_back, run_playbook, tmp_path):
+        worker2_back, run_playbook, tmp_path, backend):
     """worker2 stopped at step 60: attempt 2 goes on with worker1 alone (min_nodes=1), the global batch kept by
     accumulation; worker2 started again during it: attempt 2 is checkpointed and stopped, and attempt 3 runs on both
     nodes again, with the same global batch and the same losses as attempt 2 had for the same steps.  Micro-batches
     of 16 make attempt 2's steps long enough that a grow-back is worth it (grow.LEAST_LEFT: 20 s of steps left; 850
-    steps of about 36 ms here)."""
-    run_id = f"e2e-recover-grow-{int(time.time())}"
+    steps of about 36 ms here).  On the default backend (pdsh) and on ssh-free (the controller starts the agents)."""
+    run_id = f"e2e-recover-grow-{backend}-{int(time.time())}"
     back = threading.Thread(target=lambda: when_step(run_id, 70, _start_worker2, attempt=2))
     back.start()
     res, summary = train_with_fault(run_playbook, run_id, _stop_worker2,
                                     ["-e", "restarts=2", "-e", "min_nodes=1", "-e", "recover_wait=10", "-e", "steps=900",
                                      "-e", json.dumps({"args": "--micro-batch 16"}),
-                                     "-e", f"quarantine_file={tmp_path}/q.json"], "recover-grow")
+                                     "-e", f"quarantine_file={tmp_path}/q.json", "-e", f"backend={backend}"],
+                                    f"recover-grow-{backend}")
     back.join()
     first, second, third = summary["attempts"]
     print(f"fault to attempt 2's first step: {second['fault_to_first_step']} s (recover_wait 10 s); grow-back to "

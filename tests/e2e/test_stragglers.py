@@ -124,16 +124,19 @@ def test_a_worker_slowed_mid_run_is_named_within_30_steps_and_the_run_goes_on(sl
         shutil.copytree(run / "metrics", FIXTURE)
 
 
-def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node(provisioned, run_playbook, tmp_path):
+@pytest.mark.parametrize("backend", ["pdsh", "ssh-free"])
+def test_with_replace_the_run_is_checkpointed_and_finishes_without_the_slow_node(provisioned, run_playbook, tmp_path,
+                                                                                 backend):
     """worker2 is limited from the start here (the warn test limits it mid-run): on a quiet machine 150 steps take
-    20 s, and a look at rank 0's step over podman exec once came too late to limit it before the run ended."""
-    run_id = f"e2e-straggler-replace-{int(time.time())}"
+    20 s, and a look at rank 0's step over podman exec once came too late to limit it before the run ended.  On the
+    default backend (pdsh: the coordinator starts the agents) and on ssh-free (the controller does)."""
+    run_id = f"e2e-straggler-replace-{backend}-{int(time.time())}"
     quarantine = tmp_path / "q.json"
     limit_worker2()
     try:
         res = run_playbook("train.yml", "-e", f"run_id={run_id}", "-e", "steps=150", *TRAIN, "-e", "on_straggler=replace",
                            "-e", "restarts=1", "-e", "min_nodes=1", "-e", f"quarantine_file={quarantine}",
-                           name="straggler-replace")
+                           "-e", f"backend={backend}", name=f"straggler-replace-{backend}")
     finally:
         unlimit_worker2()
     assert res.rc == 0, res.tail()
