@@ -64,7 +64,7 @@ def _int(text, base=10):
 def gpus(gpu):
     """One dict per GPU (field -> its text) from the node's ``gpu`` readings; raises ValueError on a table that is
     not the query's."""
-    fields = list(gpu.get("fields") or [])
+    fields = [str(f) for f in gpu.get("fields") or []] if isinstance(gpu.get("fields"), list) else []
     rows = [ln for ln in str(gpu.get("query") or "").splitlines() if ln.strip()]
     out = []
     for row in rows:
@@ -109,7 +109,7 @@ def _gpu_problems(host, g):
 def xid_events(lines):
     """(line, Xid, PCI address) of each kernel log line that reports an Xid."""
     out = []
-    for line in lines or []:
+    for line in lines if isinstance(lines, list) else []:
         found = XID_LINE.search(str(line))
         if found:
             out.append((str(line), int(found.group(2)), found.group(1)))
@@ -131,8 +131,10 @@ def _xid_problems(host, lines, seen):
 
 def _slow_gpus(host, gflops, fraction):
     """(message, fix, refuses) for each GPU whose matmul pace is below ``fraction`` of the node's fastest GPU."""
-    figures = [g for g in gflops or [] if isinstance(g, (int, float)) and g > 0]
-    if len(figures) != len(gflops or []) or len(figures) < 2:
+    if not isinstance(gflops, list):
+        return []
+    figures = [g for g in gflops if isinstance(g, (int, float)) and g > 0]
+    if len(figures) != len(gflops) or len(figures) < 2:
         return []
     fastest = max(figures)
     return [("%s GPU %d computes at %.0f GFLOP/s, %.0f%% of the node's fastest GPU (%.0f GFLOP/s)" % (
@@ -151,7 +153,7 @@ def problems(host, gpu, seen=(), had=None, fraction=0.5):
     out = []
     if gpu.get("error"):
         hung = "did not answer" in str(gpu["error"])
-        out.append(("nvidia-smi on %s: %s" % (host, gpu["error"]),
+        out.append(("nvidia-smi on %s: %s" % (host, str(gpu["error"])[-300:]),
                     "check the driver (nvidia-smi; dmesg | grep NVRM) or reboot the node", hung))
         count = 0
     else:
@@ -168,14 +170,14 @@ def problems(host, gpu, seen=(), had=None, fraction=0.5):
             out.extend(_gpu_problems(host, g))
         out.extend(_slow_gpus(host, gpu.get("gflops"), fraction))
         if gpu.get("gflops_error"):
-            out.append(("%s's GPUs' matmul pace not measured: %s" % (host, gpu["gflops_error"]),
+            out.append(("%s's GPUs' matmul pace not measured: %s" % (host, str(gpu["gflops_error"])[:300]),
                         "check torch's CUDA on %s (python -c 'import torch; print(torch.cuda.is_available())')" % host,
                         False))
     out.extend(_xid_problems(host, gpu.get("xid"), set(seen or ())))
     note = "%d GPU(s) healthy" % count if count else ""
     if gpu.get("xid_error"):
         note += "%sXid events not read (%s: add the run account to group systemd-journal for preflight to read " \
-                "them)" % ("; " if note else "", gpu["xid_error"][:160])
+                "them)" % ("; " if note else "", str(gpu["xid_error"])[:160])
     return out, note
 
 

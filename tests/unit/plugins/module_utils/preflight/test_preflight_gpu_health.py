@@ -163,3 +163,16 @@ def test_a_gpu_slower_than_the_nodes_fastest_and_a_node_whose_slowest_gpu_trails
     unmeasured = readings("h100-8", xid=[], gflops=None, gflops_error="RuntimeError: CUDA driver initialization failed")
     found, _note = gpu_health.problems("worker1", unmeasured)
     assert found[0][0].startswith("worker1's GPUs' matmul pace not measured: RuntimeError") and found[0][2] is False
+
+
+def test_readings_that_are_not_what_the_node_side_writes_are_named_never_a_crash():
+    # What comes back from a rank node is as untrusted as a -e value: its Python is the user's stack.
+    for junk in ({"fields": 5, "query": 7, "xid": 3, "gflops": 9, "xid_error": 4},
+                 {"fields": FIELDS, "query": (FIXTURES / "h100-8" / "health.csv").read_text(), "xid": "NVRM: Xid",
+                  "gflops": "fast", "gflops_error": 12},
+                 {"error": ["x"] * 1000}):
+        found, note = gpu_health.problems("worker1", junk)
+        assert isinstance(found, list) and isinstance(note, str)
+        assert all(len(m) < 1000 for m, _f, _r in found)
+        health.health_verdicts({"worker1": dict(FIGURES, gpu=junk)})
+        health.updated_history({}, {"worker1": dict(FIGURES, gpu=junk)})
