@@ -6,7 +6,8 @@ Xid events in the node's kernel log, as multinode_ds/health.py read them on the 
 
 Refused (``health_action=fail``; a warning with ``warn``): uncorrected ECC errors since the driver loaded, a page
 retirement or row remap waiting for a GPU reset, a failed row remap, clocks held back by the hardware (HW slowdown,
-HW thermal slowdown, power brake), a PCIe link narrower than the device's maximum, nvidia-smi not answering, and an
+HW thermal slowdown, power brake), a PCIe link narrower than the device's maximum, nvidia-smi not answering, fewer
+GPUs than the node's last passing preflights saw, a GPU whose matmul pace is far below the node's fastest, and an
 Xid event that NVIDIA's catalog says needs a reset or a new GPU, unless the node's last passing preflights already
 saw that line of the log.  Only named: a software thermal slowdown, a PCIe link slower than its maximum while the GPU
 is busy (an idle GPU lowers its link speed to save power: not judged then), other Xid events, a kernel log the run
