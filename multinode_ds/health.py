@@ -36,11 +36,15 @@ WRITE_BYTES = 4 << 20
 GPU_FIELDS = ("index", "pci.bus_id", "ecc.errors.uncorrected.volatile.total", "retired_pages.pending",
               "remapped_rows.pending", "remapped_rows.failure",
               ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
-              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max")
+              "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
+              "gpu_recovery_action")
 GPU_SECONDS = 30
 # Each GPU's compute figure: float16 matmuls of this size (2 x 8192^3 = 1.1 TFLOP: about 2 ms on an H100).
 GPU_MATMUL = 8192
 XID_LINES = 50
+# The kernel log lines kept: Xid events, and the three lines of the driver's "fallen off the bus" (570 and later
+# print it without an Xid; the first names the GPU).
+KERNEL_KEPT = ("NVRM: Xid", "NVRM: The NVIDIA GPU ", "fallen off the bus")
 
 
 def sustained(work, seconds, least=3):
@@ -136,7 +140,7 @@ def kernel_xids():
             continue
         rc, out, err = _output(argv)
         if rc == 0 and out.strip():
-            return {"xid": [ln.strip() for ln in out.splitlines() if "NVRM: Xid" in ln][-XID_LINES:]}
+            return {"xid": [ln.strip() for ln in out.splitlines() if any(k in ln for k in KERNEL_KEPT)][-XID_LINES:]}
         why.append("%s: %s" % (argv[0], (err.strip() or ("no kernel messages" if rc == 0 else "exit code %s" % rc))[-120:]))
     return {"xid_error": "; ".join(why) or "neither dmesg nor journalctl is installed"}
 

@@ -5,13 +5,20 @@
 Xid events in the node's kernel log, as multinode_ds/health.py read them on the node, judged here.
 
 Refused (``health_action=fail``; a warning with ``warn``): uncorrected ECC errors since the driver loaded, a page
-retirement or row remap waiting for a GPU reset, a failed row remap, clocks held back by the hardware (HW slowdown,
-HW thermal slowdown, power brake), a PCIe link narrower than the device's maximum, nvidia-smi not answering, fewer
+retirement or row remap waiting for a GPU reset, a failed row remap, a recovery action the driver asks for (GPU
+reset, node reboot, drain), clocks held back by the hardware (HW slowdown, HW thermal slowdown, power brake), a PCIe
+link narrower than the device's maximum where another GPU of the node runs wider, nvidia-smi not answering, fewer
 GPUs than the node's last passing preflights saw, a GPU whose matmul pace is far below the node's fastest, and an
-Xid event that NVIDIA's catalog says needs a reset or a new GPU, unless the node's last passing preflights already
-saw that line of the log.  Only named: a software thermal slowdown, a PCIe link slower than its maximum while the GPU
-is busy (an idle GPU lowers its link speed to save power: not judged then), other Xid events, a kernel log the run
-account cannot read.  Xid events that are the application's own (13, 31, 43, 45) are not the node's fault.
+Xid event that NVIDIA's catalog says needs a reset or a new GPU (or the driver's "fallen off the bus" message, which
+newer drivers print without an Xid), unless the node's last passing preflights already saw that line of the log.
+Only named: a software thermal slowdown, every GPU of the node narrower than its maximum (how some servers and cloud
+instances wire them), a PCIe link slower than its maximum while the GPU runs at full clocks (an idle or power-capped
+GPU lowers its link speed to save power: not judged then), other Xid events, a kernel log the run account cannot
+read.  Xid events that are the application's own (13, 31, 43, 45) are not the node's fault.
+
+The readings' formats are those of real nodes' output (tests/fixtures/nvidia-smi/README.md): ``[N/A]`` where a GPU
+has no such counter, ``Yes``/``No`` flags, the clock reasons as ``0x%016X``, Xid lines in every prefix dmesg,
+journalctl and syslog print, a MIG instance's ``(PCI:0000:01:00 GPU-I:05)``.
 
 Pure functions, no Ansible import.
 """
@@ -34,6 +41,7 @@ THROTTLE = (
 # Xid: what NVIDIA's Xid catalog says it is, whether it refuses the node.
 XIDS = {
     48: ("a double-bit ECC error", True),
+    62: ("an internal micro-controller halted", True),
     63: ("a page retirement or row remap was recorded", False),
     64: ("a page retirement or row remap failed", True),
     74: ("an NVLink error", True),
@@ -42,13 +50,22 @@ XIDS = {
     94: ("a contained ECC error", False),
     95: ("an uncontained ECC error", True),
     119: ("a GSP RPC timeout", True),
+    109: ("a context switch timeout", False),
     120: ("a GSP error", True),
+    145: ("an NVLink error", None),
+    149: ("an NVLink error", None),
+    154: ("the driver asks for a recovery action", None),
 }
 # The application's own faults (an engine exception, an MMU fault, a stopped or cleaned-up channel): not the node's.
 APPLICATION_XIDS = (13, 31, 43, 45)
 # Xid lines kept per passing preflight in the node's history.
 XID_KEPT = 50
-XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+XID_LINE = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)[^)]*\): (\d+)")
+# Drivers from 570 on say it in three lines and no Xid: "NVRM: The NVIDIA GPU 0000:b3:00.0", "NVRM: (PCI ID: ...)
+# installed in this system has", "NVRM: fallen off the bus and is not responding to commands."
+OFF_BUS_GPU = re.compile(r"NVRM: The NVIDIA GPU ([0-9A-Fa-f:.]+)")
+OFF_BUS = "fallen off the bus"
+RECOVERY_NONE = ("", "none", "[n/a]", "n/a", "[not supported]")
 THROTTLE_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 RESET_FIX = "drain it and reset the GPU (nvidia-smi -r -i %s) or reboot the node"
 COOLING_FIX = "check its cooling, fans and power supply (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER)"
@@ -76,8 +93,8 @@ def gpus(gpu):
     return out
 
 
-def _gpu_problems(host, g):
-    """(message, fix, refuses) for one GPU's row."""
+def _gpu_problems(host, g, widest_link=None):
+    """(message, fix, refuses) for one GPU's row; ``widest_link``: the widest PCIe link of the node's GPUs."""
     index = g.get("index", "?")
     name = "%s GPU %s (%s)" % (host, index, g.get("pci.bus_id", "?"))
     out = []
@@ -91,6 +108,11 @@ def _gpu_problems(host, g):
     if str(g.get("remapped_rows.failure", "")).lower() == "yes":
         out.append(("%s failed to remap a row of its memory" % name,
                     "the GPU needs replacing; keep the node out of runs (-e exclude=%s)" % host, True))
+    action = str(g.get("gpu_recovery_action", "")).strip()
+    if action.lower() not in RECOVERY_NONE:
+        out.append(("%s's driver asks for a recovery action: %s" % (name, action[:60]),
+                    RESET_FIX % index + " as the action says, and check dmesg | grep NVRM for the Xid behind it",
+                    True))
     reasons = [_int(g.get(f), 16) for f in THROTTLE_FIELDS if f in g]
     reasons = reasons[0] if reasons and reasons[0] is not None else 0
     held = [(what, refuses) for bit, what, refuses in THROTTLE if reasons & bit]
@@ -99,22 +121,47 @@ def _gpu_problems(host, g):
             name, " and ".join(what for what, _r in held), reasons), COOLING_FIX, any(r for _w, r in held)))
     width, widest = _int(g.get("pcie.link.width.current")), _int(g.get("pcie.link.width.max"))
     if width and widest and width < widest:
-        out.append(("%s's PCIe link runs at x%d of its x%d" % (name, width, widest), LINK_FIX, True))
+        # Narrower than another GPU of this node: this one's slot, riser or seating.  All of them alike: the way
+        # the platform wires them (named: the figure is still the job's bandwidth).
+        lone = widest_link is not None and width < widest_link
+        out.append(("%s's PCIe link runs at x%d of its x%d%s" % (
+            name, width, widest, "" if lone else " (as every GPU of the node: the platform's wiring?)"),
+            LINK_FIX, lone))
     gen, fastest = _int(g.get("pcie.link.gen.current")), _int(g.get("pcie.link.gen.max"))
-    if gen and fastest and gen < fastest and not reasons & GPU_IDLE:
+    if gen and fastest and gen < fastest and reasons == 0:
         out.append(("%s's PCIe link runs at gen %d of its gen %d while busy" % (name, gen, fastest), LINK_FIX,
                     False))
     return out
 
 
 def xid_events(lines):
-    """(line, Xid, PCI address) of each kernel log line that reports an Xid."""
-    out = []
+    """(line, Xid, PCI address) of each kernel log line that reports an Xid; the driver's "fallen off the bus"
+    message without one counts as Xid 79, with the line that names the GPU as its line."""
+    out, gpu_line = [], None
     for line in lines if isinstance(lines, list) else []:
-        found = XID_LINE.search(str(line))
+        line = str(line)
+        found = XID_LINE.search(line)
         if found:
-            out.append((str(line), int(found.group(2)), found.group(1)))
+            out.append((line, int(found.group(2)), found.group(1)))
+        elif OFF_BUS_GPU.search(line):
+            gpu_line = line
+        elif OFF_BUS in line and gpu_line is not None:
+            # (An older driver's "NVRM: GPU 0000:ba:00.0: GPU has fallen off the bus." follows its Xid 79: not
+            # another event.)
+            out.append((gpu_line, 79, OFF_BUS_GPU.search(gpu_line).group(1)))
+            gpu_line = None
     return out
+
+
+def _xid_refuses(xid, line):
+    """Whether Xid ``xid`` (its kernel log ``line``) refuses the node: NVIDIA's catalog, where the line says it (an
+    NVLink error's Fatal or Nonfatal, the recovery action an Xid 154 asks for)."""
+    refuses = XIDS.get(xid, ("", False))[1]
+    if refuses is not None:
+        return refuses
+    if xid == 154:
+        return not re.search(r"to 0x0 \(None\)", line)
+    return bool(re.search(r"\bFatal\b", line))
 
 
 def _xid_problems(host, lines, seen):
@@ -122,7 +169,7 @@ def _xid_problems(host, lines, seen):
     for line, xid, pci in xid_events(lines):
         if xid in APPLICATION_XIDS or line in seen:
             continue
-        what, refuses = XIDS.get(xid, ("an Xid event", False))
+        what, refuses = XIDS.get(xid, ("an Xid event", False))[0], _xid_refuses(xid, line)
         out.append(("%s's GPU at PCI:%s logged Xid %d (%s): %s" % (host, pci, xid, what, line.split("NVRM: ", 1)[-1][:200]),
                     "reset the GPU or reboot the node, then check nvidia-smi -q (NVIDIA's Xid catalog says what "
                     "Xid %d asks for); once dealt with, one preflight with -e preflight_health_action=warn records "
@@ -167,8 +214,10 @@ def problems(host, gpu, seen=(), had=None, fraction=0.5):
             out.append(("nvidia-smi on %s lists %d GPU(s), %d at its last passing preflights" % (host, count, had),
                         "a GPU fell off the bus or did not initialize: check dmesg | grep NVRM, reseat the GPU or "
                         "reboot the node", True))
+        widths = [_int(g.get("pcie.link.width.current")) for g in rows]
+        widest_link = max([w for w in widths if w] or [0]) or None
         for g in rows:
-            out.extend(_gpu_problems(host, g))
+            out.extend(_gpu_problems(host, g, widest_link))
         out.extend(_slow_gpus(host, gpu.get("gflops"), fraction))
         if gpu.get("gflops_error"):
             out.append(("%s's GPUs' matmul pace not measured: %s" % (host, str(gpu["gflops_error"])[:300]),

@@ -120,9 +120,27 @@ def test_health_reads_the_gpus_and_the_kernel_logs_xid_lines_where_nvidia_smi_is
     _tools(tmp_path, monkeypatch, fixtures / "h100-8-faults",
            dmesg="cat %s\n" % (fixtures / "h100-8-faults" / "dmesg.txt"))
     gpu = health.gpu_readings()
-    assert gpu["fields"][6] == "clocks_event_reasons.active" and len(gpu["fields"]) == len(health.GPU_FIELDS)
+    # Its 550.90.07 driver does not know gpu_recovery_action (the fixture's unknown-fields): asked without it.
+    assert gpu["fields"][6] == "clocks_event_reasons.active" and gpu["fields"] == [
+        f[0] if isinstance(f, tuple) else f for f in health.GPU_FIELDS if f != "gpu_recovery_action"]
     assert gpu["query"] == (fixtures / "h100-8-faults" / "health.csv").read_text()
-    assert [ln.split("]")[0] for ln in gpu["xid"]] == ["[ 8812.334015", "[ 9120.778410", "[10451.002981"]
+    assert [ln.split("]")[0] for ln in gpu["xid"]] == ["[ 8812.334015", "[ 9120.778410", "[10451.002981",
+                                                       "[10451.003112"]
+
+
+def test_health_reads_a_real_nodes_nvidia_smi_and_kernel_log(tmp_path, monkeypatch):
+    # The fake nvidia-smi answers from a real H100's capture as that node's nvidia-smi did (590.48.01 knows every
+    # field); the kernel log is real lines of many nodes, with the driver's three-line "fallen off the bus".
+    from multinode_ds import health
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi"
+    log = fixtures / "real-xid" / "kernel-log.txt"
+    _tools(tmp_path, monkeypatch, fixtures / "real-h100-590.48.01-load", dmesg="cat %s\n" % log)
+    gpu = health.gpu_readings()
+    assert len(gpu["fields"]) == len(health.GPU_FIELDS) and gpu["fields"][-1] == "gpu_recovery_action"
+    assert gpu["query"] == "0, 00000000:00:09.0, 0, [N/A], No, No, 0x0000000000000000, 5, 5, 16, 16, None\n"
+    # Every line but the middle one of the three (which says neither Xid, nor the GPU, nor "fallen off the bus").
+    assert gpu["xid"] == [ln.strip() for ln in log.read_text().splitlines() if "(PCI ID: " not in ln]
 
 
 def test_health_asks_an_older_driver_for_the_fields_it_knows(tmp_path, monkeypatch):
@@ -132,7 +150,7 @@ def test_health_asks_an_older_driver_for_the_fields_it_knows(tmp_path, monkeypat
 
     fixture = tmp_path / "old-driver"
     sh.copytree(Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-smi" / "h100-8", fixture)
-    (fixture / "unknown-fields").write_text("clocks_event_reasons.active\nremapped_rows.failure\n")
+    (fixture / "unknown-fields").write_text("gpu_recovery_action\nclocks_event_reasons.active\nremapped_rows.failure\n")
     _tools(tmp_path, monkeypatch, fixture, dmesg="echo 'dmesg: read kernel buffer failed: Operation not "
                                                  "permitted' >&2; exit 1\n")
     gpu = health.gpu_readings()
