@@ -19,6 +19,8 @@ COPY_TASK = "Copy the workdir to the shared directory"
 BEFORE_TASK = "Before the start - the preflight, the workdir"
 END_TASK = "End the play on the nodes with nothing left in it"
 
+pytestmark = pytest.mark.e2e
+
 
 def make_project(tmp_path, fixed=True):
     """The user's project as a git tree: train.py importing helper.py, data/, a .gitignored large file, the seed's

@@ -226,3 +226,11 @@ def test_no_two_test_files_share_a_name():
             seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     twice = dict((name, paths) for name, paths in seen.items() if len(paths) > 1)
     assert not twice, "test files with the same name (rename one): %s" % twice
+
+
+def test_every_end_to_end_file_is_marked_e2e():
+    """The e2e marker is what puts a test in its lane (tests/e2e/lanes.py), waits for the node image and starts the
+    cluster early: an end-to-end file without it ran in the first lane whatever LANE_B said."""
+    unmarked = [path.name for path in sorted((ROOT / "tests" / "e2e").glob("test_*.py"))
+                if not re.search(r"^pytestmark = .*pytest\.mark\.e2e\b", path.read_text(), re.M)]
+    assert not unmarked, "end-to-end files without pytestmark = pytest.mark.e2e: %s" % unmarked
