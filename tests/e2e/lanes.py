@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUTPUT = ROOT / "tests" / "output"
 PREFIX = "mndsb"
 LANE_B = ("test_restarts.py", "test_faults.py", "test_first_config.py", "test_slurm_cluster.py",
-          "test_coordinator_outage.py", "test_hangs.py", "test_stragglers.py", "test_daily_loop.py",
-          "test_hardening_watch.py", "test_inference_benchmark.py")
+          "test_coordinator_outage.py", "test_hangs.py", "test_stragglers.py")
 RESULT_TEST = "test_second_lane.py"
 LOG = OUTPUT / "lane-b.log"
 PHASES = OUTPUT / "test-phases-b.json"
