@@ -99,8 +99,10 @@ def test_a_worker_whose_gpus_report_faults_is_refused_naming_each(provisioned, r
     refuses worker1, names each GPU and the fix, and passes worker2."""
     fake_gpu("worker1", "h100-8-faults")
     try:
+        # Refusing (action fail) for the GPU findings, but not for the CPU figures: the two workers share this
+        # machine's two busy cores, and one measured 33% of the other's pace under make test's load.
         res = run_preflight(run_playbook, "preflight-gpu-faults", "-e", "preflight_bandwidth=false",
-                            "-e", "preflight_health_action=fail")
+                            "-e", "preflight_health_action=fail", "-e", "preflight_health_fraction=0.05")
     finally:
         remove_fake_gpu("worker1")
     assert res.rc != 0, res.tail()
