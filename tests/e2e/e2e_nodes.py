@@ -1,6 +1,7 @@
 """What the end-to-end tests ask of the local cluster's nodes (imported by the test modules)."""
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -222,26 +223,54 @@ def free_port():
 
 def start_registry(root, auth=False):
     """Debian's docker-registry on a free loopback port, its storage under ``root`` (``auth``: token auth whose
-    token service is absent, so every request without credentials is refused): (address, process)."""
-    port = free_port()
+    token service is absent, so every request without credentials is refused): (address, process).  The port is
+    free when asked for and may be taken before the registry binds it (a busy session opens ports all the time):
+    then another."""
     root.mkdir(parents=True, exist_ok=True)
+    for _attempt in range(5):
+        port = free_port()
+        proc = _registry_on(root, port, auth)
+        if _listening(proc, port):
+            return "127.0.0.1:%d" % port, proc
+        try:
+            proc.wait(10)  # (one that lost the port exits at once)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        log = (root / "log").read_text()
+        if "address already in use" not in log:
+            raise AssertionError("docker-registry did not listen on %d: %s" % (port, log))
+    raise AssertionError("docker-registry found no free port in 5 tries: %s" % (root / "log").read_text())
+
+
+def _registry_on(root, port, auth):
     conf = root / "config.yml"
     text = ("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\n"
             "  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:%d\n" % (root / "data", port))
     if auth:
         text += "auth:\n  silly:\n    realm: http://127.0.0.1:%d/token\n    service: mnds-e2e\n" % port
     conf.write_text(text)
-    proc = subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=(root / "log").open("w"),
+    return subprocess.Popen(["docker-registry", "serve", str(conf)], stdout=(root / "log").open("w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
+
+
+def _listening(proc, port, seconds=30):
+    """Whether the registry ``proc`` answers on ``port`` within ``seconds``: its /v2/ with the registry's API header
+    (what else listens there is another process's), False once it exited."""
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+    deadline = time.time() + seconds
+    while time.time() < deadline and proc.poll() is None:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return "127.0.0.1:%d" % port, proc
-        except OSError:
-            assert proc.poll() is None, (root / "log").read_text()
+            with urllib.request.urlopen("http://127.0.0.1:%d/v2/" % port, timeout=2) as answer:
+                headers = answer.headers
+        except urllib.error.HTTPError as exc:  # 401 with auth: the registry too
+            headers = exc.headers
+        except (OSError, ValueError):
             time.sleep(0.2)
-    raise AssertionError("docker-registry did not listen on %d: %s" % (port, (root / "log").read_text()))
+            continue
+        return "Docker-Distribution-Api-Version" in headers and proc.poll() is None
+    return False
 
 
 def fake_gpu(node, fixture):

@@ -225,7 +225,14 @@ def test_with_no_node_to_take_its_place_the_run_goes_on_with_fewer_and_grows_bac
     # order of the sums: 0.618303656578064 at step 501 in both, when it was measured).
     before, after = _losses_by_step(run_id, 2), _losses_by_step(run_id, 3)
     both = sorted(set(before) & set(after))
-    assert both, (sorted(before)[-3:], sorted(after)[:3])
+    if not both:
+        # Attempt 2 stopped right after the grow-back checkpoint (it happens on a busy machine): no step to compare.
+        # Then attempt 3 starts at the next step, from the same weights: its first loss goes on from attempt 2's
+        # last (not from the start's), and nothing was skipped.
+        last, first_after = max(before), min(after)
+        assert first_after == last + 1, (sorted(before)[-3:], sorted(after)[:3])
+        assert abs(after[first_after] - before[last]) <= 0.1 * before[last] < 0.5 * _losses(run_id, 1)[0], (
+            before[last], after[first_after], _losses(run_id, 1)[0])
     assert all(abs(before[s] - after[s]) <= 1e-4 * abs(before[s]) for s in both[:20]), [
         (s, before[s], after[s]) for s in both[:20]]
     flat = " ".join(res.out.split())
