@@ -31,7 +31,6 @@ import re
 
 # NVML's clock event reasons (nvmlClocksEventReasons, formerly nvmlClocksThrottleReasons): bit, what it means,
 # whether it refuses the node.
-GPU_IDLE = 0x1
 THROTTLE = (
     (0x08, "a hardware slowdown (HW Slowdown: overheating or the power supply)", True),
     (0x40, "a hardware thermal slowdown (HW Thermal Slowdown)", True),
